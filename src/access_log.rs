@@ -1,0 +1,111 @@
+//! The access log: one JSON line per request on stdout, with the fields DESIGN §1 names.
+//! Nothing secret is ever a field: no Authorization, no query string, no upstream credential.
+
+use serde::Serialize;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One request's record.
+#[derive(Debug, Default, Serialize)]
+pub struct AccessRecord<'a> {
+    pub ts: String,
+    pub environment: &'a str,
+    pub request_id: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub host: &'a str,
+    pub key: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub upstream: Option<&'a str>,
+    pub upstream_url: Option<&'a str>,
+    pub status: u16,
+    pub stream: bool,
+    pub duration_ms: f64,
+    pub upstream_ms: Option<f64>,
+    pub ttfb_ms: Option<f64>,
+    pub bytes_out: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_previous_ms: Option<f64>,
+}
+
+/// Where access records go: stdout in the binary, a buffer in tests.
+pub struct AccessLog {
+    out: Mutex<Box<dyn Write + Send>>,
+}
+
+impl AccessLog {
+    pub fn new(out: Box<dyn Write + Send>) -> Self {
+        AccessLog { out: Mutex::new(out) }
+    }
+
+    pub fn stdout() -> Self {
+        Self::new(Box::new(std::io::stdout()))
+    }
+
+    /// Writes one record as one line. A failed write is dropped: logging never fails a request.
+    pub fn write(&self, record: &AccessRecord) {
+        let Ok(mut line) = serde_json::to_vec(record) else { return };
+        line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = out.write_all(&line);
+        let _ = out.flush();
+    }
+}
+
+/// Milliseconds with three decimals, for log fields.
+pub fn millis(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// The current time as RFC 3339 UTC with milliseconds, e.g. `2026-11-25T23:18:06.123Z`.
+pub fn now_rfc3339() -> String {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    rfc3339(since_epoch.as_millis() as i64)
+}
+
+fn rfc3339(epoch_millis: i64) -> String {
+    let seconds = epoch_millis.div_euclid(1000);
+    let millis = epoch_millis.rem_euclid(1000);
+    let days = seconds.div_euclid(86_400);
+    let of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_millis() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_648_686_123), "2026-11-25T23:18:06.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,56 @@
+//! The admin listener (never the client port): `/metrics`, `/healthz`, `/readyz`.
+
+use crate::gateway::Gateway;
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use std::sync::Arc;
+
+pub struct Admin {
+    gateway: Arc<Gateway>,
+}
+
+impl Admin {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Admin { gateway }
+    }
+
+    /// Status, content type and body for an admin request.
+    fn answer(&self, method: &str, path: &str) -> (u16, &'static str, Bytes) {
+        match (method, path) {
+            ("GET", "/metrics") => (200, "text/plain; version=0.0.4", Bytes::from(self.gateway.metrics.render())),
+            ("GET", "/healthz") => (200, "text/plain", Bytes::from_static(b"ok\n")),
+            ("GET", "/readyz") if self.gateway.is_draining() => (503, "text/plain", Bytes::from_static(b"draining\n")),
+            ("GET", "/readyz") => (200, "text/plain", Bytes::from_static(b"ready\n")),
+            _ => (404, "text/plain", Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n")),
+        }
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for Admin {
+    async fn process_new_http(self: &Arc<Self>, mut session: ServerSession, _shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+        if !session.read_request().await.ok()? {
+            return None;
+        }
+        let (status, content_type, body) = {
+            let request = session.req_header();
+            self.answer(request.method.as_str(), request.uri.path())
+        };
+        write_simple(&mut session, status, content_type, body).await?;
+        let settings = HttpPersistentSettings::for_session(&session);
+        session.finish().await.ok().flatten().map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
+    }
+}
+
+/// Writes a whole small response; `None` when the client is gone.
+pub async fn write_simple(session: &mut ServerSession, status: u16, content_type: &str, body: Bytes) -> Option<()> {
+    let mut header = ResponseHeader::build(status, Some(2)).ok()?;
+    header.insert_header("content-type", content_type).ok()?;
+    header.insert_header("content-length", body.len().to_string()).ok()?;
+    session.write_response_header(Box::new(header)).await.ok()?;
+    session.write_response_body(body, true).await.ok()
+}

@@ -1,0 +1,289 @@
+//! The catalog snapshot: upstreams (addresses resolved), models and keys, immutable once
+//! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
+
+use crate::config::{Config, ConfigError, ConfigErrors, KeyConfig, UpstreamConfig};
+use crate::secret::{KeyHash, Secret};
+use bytes::Bytes;
+use pingora::upstreams::peer::HttpPeer;
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One backend that serves models: where it is and how to call it.
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    /// Prebuilt peer: address resolved at load, TLS and SNI set, timeouts applied.
+    pub peer: HttpPeer,
+    /// `Host` header value sent upstream.
+    pub host_header: String,
+    /// The URL's path without a trailing slash, e.g. `/v1`.
+    pub base_path: String,
+    /// `scheme://authority`, for logs (the configured URL carries no secret).
+    pub origin: String,
+    pub credential: Option<Secret>,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// One upstream that serves a model, under the name it knows the model by.
+#[derive(Debug)]
+pub struct Target {
+    pub upstream: Arc<Upstream>,
+    pub weight: NonZeroU32,
+    pub upstream_model: Option<String>,
+}
+
+/// A catalog entry.
+#[derive(Debug)]
+pub struct Model {
+    pub id: String,
+    pub targets: Vec<Target>,
+    pub streaming: bool,
+    pub tool_calling: bool,
+    /// The entry as `/v1/models` shows it, rendered once at load.
+    pub entry_json: Bytes,
+}
+
+/// A client API key's settings. The key itself is never held, only its hash.
+#[derive(Debug)]
+pub struct Key {
+    pub name: String,
+    pub enabled: bool,
+    patterns: Option<Vec<String>>,
+    pub requests_per_minute: Option<NonZeroU32>,
+    pub burst: Option<NonZeroU32>,
+    pub max_concurrent: Option<NonZeroU32>,
+}
+
+impl Key {
+    /// Whether this key's view of the catalog includes the model.
+    pub fn may_use(&self, model_id: &str) -> bool {
+        match &self.patterns {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| glob_matches(p.as_bytes(), model_id.as_bytes())),
+        }
+    }
+}
+
+/// The immutable snapshot every request reads.
+#[derive(Debug)]
+pub struct Catalog {
+    pub generation: u64,
+    pub environment: String,
+    pub max_body_bytes: usize,
+    pub hosts: Vec<String>,
+    /// Gateway-wide cap on requests in flight (load shedding).
+    pub max_concurrent: Option<NonZeroU32>,
+    /// Longest wait on a client read or write.
+    pub client_timeout: Duration,
+    pub upstreams: Vec<Arc<Upstream>>,
+    models: Vec<Arc<Model>>,
+    model_index: HashMap<String, usize>,
+    keys: HashMap<KeyHash, Arc<Key>>,
+}
+
+impl Catalog {
+    /// Builds a snapshot, resolving every upstream host name now (never on the request path).
+    pub fn build(config: &Config, generation: u64) -> Result<Catalog, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut upstreams = Vec::new();
+        for (i, upstream) in config.upstreams.iter().enumerate() {
+            match build_upstream(upstream) {
+                Ok(u) => upstreams.push(Arc::new(u)),
+                Err(message) => errors.push(ConfigError { path: format!("upstreams[{i}].url"), message }),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        let by_name: HashMap<&str, &Arc<Upstream>> = upstreams.iter().map(|u| (u.name.as_str(), u)).collect();
+        let models: Vec<Arc<Model>> = config
+            .models
+            .iter()
+            .map(|m| {
+                let targets = m
+                    .targets
+                    .iter()
+                    .map(|t| Target {
+                        upstream: Arc::clone(by_name[t.upstream.as_str()]),
+                        weight: t.weight,
+                        upstream_model: t.upstream_model.clone(),
+                    })
+                    .collect();
+                let entry = serde_json::json!({
+                    "id": m.id,
+                    "object": "model",
+                    "created": m.created,
+                    "owned_by": m.owned_by,
+                    "endpoint_type": m.endpoint_type,
+                    "capabilities": {"streaming": m.streaming, "tool_calling": m.tool_calling},
+                });
+                Arc::new(Model {
+                    id: m.id.clone(),
+                    targets,
+                    streaming: m.streaming,
+                    tool_calling: m.tool_calling,
+                    entry_json: Bytes::from(entry.to_string()),
+                })
+            })
+            .collect();
+        let model_index = models.iter().enumerate().map(|(i, m)| (m.id.clone(), i)).collect();
+        let keys = config.keys.iter().map(|k| (k.hash, Arc::new(build_key(k)))).collect();
+        Ok(Catalog {
+            generation,
+            environment: config.environment.clone(),
+            max_body_bytes: config.max_body_bytes,
+            hosts: config.hosts.clone(),
+            max_concurrent: config.max_concurrent,
+            client_timeout: config.client_timeout,
+            upstreams,
+            models,
+            model_index,
+            keys,
+        })
+    }
+
+    /// Whether a key of this name exists (limit state of others can go).
+    pub fn has_key_named(&self, name: &str) -> bool {
+        self.keys.values().any(|k| k.name == name)
+    }
+
+    /// The key whose hash this is, if any.
+    pub fn key(&self, hash: &KeyHash) -> Option<&Arc<Key>> {
+        self.keys.get(hash)
+    }
+
+    /// The model, if it exists and the key may see it. A hidden model and a missing one
+    /// look the same to the caller.
+    pub fn model_for(&self, key: &Key, id: &str) -> Option<&Arc<Model>> {
+        let model = &self.models[*self.model_index.get(id)?];
+        key.may_use(id).then_some(model)
+    }
+
+    /// `GET /v1/models` for this key: the OpenAI list envelope of the entries it may see.
+    pub fn render_list(&self, key: &Key) -> Bytes {
+        let mut out = Vec::with_capacity(64 + self.models.len() * 160);
+        out.extend_from_slice(b"{\"object\":\"list\",\"data\":[");
+        let mut first = true;
+        for model in self.models.iter().filter(|m| key.may_use(&m.id)) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(&model.entry_json);
+        }
+        out.extend_from_slice(b"]}");
+        Bytes::from(out)
+    }
+
+    /// Whether a request's Host header is allowed (`hosts` empty allows any).
+    pub fn host_allowed(&self, host: &str) -> bool {
+        if self.hosts.is_empty() {
+            return true;
+        }
+        let name = strip_port(host).to_ascii_lowercase();
+        self.hosts.iter().any(|h| *h == name)
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split(']').next().map_or(host, |h| &host[..h.len() + 1]);
+    }
+    host.rsplit_once(':').map_or(host, |(name, port)| if port.chars().all(|c| c.is_ascii_digit()) { name } else { host })
+}
+
+fn build_key(key: &KeyConfig) -> Key {
+    Key {
+        name: key.name.clone(),
+        enabled: key.enabled,
+        patterns: key.models.clone(),
+        requests_per_minute: key.requests_per_minute,
+        burst: key.burst,
+        max_concurrent: key.max_concurrent,
+    }
+}
+
+fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
+    let url = &config.url;
+    let tls = url.scheme_str() == Some("https");
+    let host = url.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let addr: SocketAddr = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} resolves to no address"))?;
+    let mut peer = HttpPeer::new(addr, tls, host.clone());
+    peer.options.connection_timeout = Some(config.connect_timeout);
+    peer.options.total_connection_timeout = Some(config.connect_timeout);
+    peer.options.write_timeout = Some(config.first_byte_timeout);
+    peer.options.idle_timeout = Some(Duration::from_secs(60));
+    let authority = url.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+    Ok(Upstream {
+        name: config.name.clone(),
+        peer,
+        host_header: authority.clone(),
+        base_path: url.path().trim_end_matches('/').to_string(),
+        origin: format!("{}://{authority}", url.scheme_str().unwrap_or("http")),
+        credential: config.credential.clone(),
+        first_byte_timeout: config.first_byte_timeout,
+        idle_timeout: config.idle_timeout,
+    })
+}
+
+/// `*` matches any run of characters, `?` exactly one; everything else matches itself.
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            backtrack = Some((p, t));
+            p += 1;
+        } else if let Some((star, matched)) = backtrack {
+            p = star + 1;
+            t = matched + 1;
+            backtrack = Some((star, matched + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_shell_patterns() {
+        let cases = [
+            ("llama-*", "llama-3.1-8b", true),
+            ("llama-*", "mistral-7b", false),
+            ("*", "anything", true),
+            ("gpt-?", "gpt-4", true),
+            ("gpt-?", "gpt-4o", false),
+            ("*-8b", "llama-3.1-8b", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ];
+        for (pattern, text, expected) in cases {
+            assert_eq!(glob_matches(pattern.as_bytes(), text.as_bytes()), expected, "{pattern} vs {text}");
+        }
+    }
+
+    #[test]
+    fn host_port_is_ignored_when_filtering_hosts() {
+        assert_eq!(strip_port("api.example.com:8080"), "api.example.com");
+        assert_eq!(strip_port("api.example.com"), "api.example.com");
+        assert_eq!(strip_port("[::1]:8080"), "[::1]");
+    }
+}

@@ -1,0 +1,578 @@
+//! `gateway.yaml`: raw serde shapes, validated into typed settings with every error at once.
+//!
+//! Loading takes text, never a path (`load_files` is the thin wrapper that reads them), so
+//! tests, `sluice check` and the reloader share one path. Each list item is parsed on its
+//! own, so one bad upstream does not hide the errors of the next.
+
+use crate::secret::{KeyHash, Secret};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One configuration problem, with the file and the key path it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Every problem found in one load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {}", error.path, error.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub environment: String,
+    pub max_body_bytes: usize,
+    /// Lower-case host names a request may name; empty means any.
+    pub hosts: Vec<String>,
+    pub threads: usize,
+    pub max_concurrent: Option<NonZeroU32>,
+    pub shutdown_grace: Duration,
+    pub client_timeout: Duration,
+    pub log_level: log::LevelFilter,
+    pub echo_upstream: Option<SocketAddr>,
+    pub keys_file: Option<PathBuf>,
+    pub upstreams: Vec<UpstreamConfig>,
+    pub models: Vec<ModelConfig>,
+    pub keys: Vec<KeyConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub url: http::Uri,
+    pub credential: Option<Secret>,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub id: String,
+    pub targets: Vec<TargetConfig>,
+    pub endpoint_type: String,
+    pub streaming: bool,
+    pub tool_calling: bool,
+    pub owned_by: String,
+    pub created: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub upstream: String,
+    pub weight: NonZeroU32,
+    pub upstream_model: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeyConfig {
+    pub name: String,
+    pub hash: KeyHash,
+    pub enabled: bool,
+    /// Glob patterns over model IDs; `None` means every model.
+    pub models: Option<Vec<String>>,
+    pub requests_per_minute: Option<NonZeroU32>,
+    pub burst: Option<NonZeroU32>,
+    pub max_concurrent: Option<NonZeroU32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    admin_listen: Option<String>,
+    environment: Option<String>,
+    max_body_bytes: Option<RawSize>,
+    #[serde(default)]
+    hosts: Vec<String>,
+    threads: Option<usize>,
+    max_concurrent: Option<u32>,
+    shutdown_grace: Option<String>,
+    client_timeout: Option<String>,
+    log_level: Option<String>,
+    echo_upstream: Option<RawEcho>,
+    keys_file: Option<String>,
+    #[serde(default)]
+    upstreams: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    models: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    keys: Vec<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEcho {
+    listen: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeysFile {
+    #[serde(default)]
+    keys: Vec<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    name: String,
+    url: String,
+    api_key_env: Option<String>,
+    connect_timeout: Option<String>,
+    first_byte_timeout: Option<String>,
+    idle_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    id: String,
+    upstream: Option<String>,
+    upstream_model: Option<String>,
+    targets: Option<Vec<RawTarget>>,
+    endpoint_type: Option<String>,
+    #[serde(default)]
+    capabilities: Vec<String>,
+    owned_by: Option<String>,
+    created: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    upstream: String,
+    weight: Option<u32>,
+    upstream_model: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    name: String,
+    sha256: String,
+    enabled: Option<bool>,
+    models: Option<Vec<String>>,
+    requests_per_minute: Option<u32>,
+    burst: Option<u32>,
+    max_concurrent: Option<u32>,
+}
+
+/// Collects errors under a path prefix while validation goes on.
+struct Errors {
+    file: String,
+    list: Vec<ConfigError>,
+}
+
+impl Errors {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = path.into();
+        let path = if path.is_empty() { self.file.clone() } else { format!("{}: {path}", self.file) };
+        self.list.push(ConfigError { path, message: message.into() });
+    }
+
+    /// Parses one list item on its own, recording its error under `path`.
+    fn item<T: DeserializeOwned>(&mut self, path: &str, value: serde_yaml::Value) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(item) => Some(item),
+            Err(error) => {
+                let inner = error.path().to_string();
+                let full = if inner == "." { path.to_string() } else { format!("{path}.{inner}") };
+                self.push(full, error.into_inner().to_string());
+                None
+            }
+        }
+    }
+}
+
+/// Reads the configuration file and the keys file it names, then validates both.
+pub fn load_files(path: &Path) -> Result<Config, ConfigErrors> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| {
+            ConfigErrors(vec![ConfigError { path: p.display().to_string(), message: format!("cannot read: {e}") }])
+        })
+    };
+    let text = read(path)?;
+    let keys_file = keys_file_of(&text).map(|name| path.parent().unwrap_or(Path::new(".")).join(name));
+    let keys_text = match &keys_file {
+        Some(keys_path) => Some((keys_path.display().to_string(), read(keys_path)?)),
+        None => None,
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = parse(&path.display().to_string(), &text, keys_text.as_ref().map(|(p, t)| (p.as_str(), t.as_str())), &env)?;
+    config.keys_file = keys_file;
+    Ok(config)
+}
+
+/// The `keys_file` named by a configuration text, if it names one and parses at all.
+fn keys_file_of(text: &str) -> Option<String> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    value.get("keys_file")?.as_str().map(str::to_owned)
+}
+
+/// Validates configuration text. `keys` is the keys file (its name for messages, and its
+/// text) when the configuration names one; `env` looks up environment variables.
+pub fn parse(
+    file: &str,
+    text: &str,
+    keys: Option<(&str, &str)>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    let mut errors = Errors { file: file.to_string(), list: Vec::new() };
+    let raw: RawConfig = match serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text)) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let path = error.path().to_string();
+            errors.push(if path == "." { String::new() } else { path }, error.into_inner().to_string());
+            return Err(ConfigErrors(errors.list));
+        }
+    };
+
+    let listen = socket_addr(&mut errors, "listen", raw.listen.as_deref().unwrap_or("0.0.0.0:8080"));
+    let admin_listen = socket_addr(&mut errors, "admin_listen", raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"));
+    if let (Some(client), Some(admin)) = (listen, admin_listen) {
+        if client == admin && client.port() != 0 {
+            errors.push("admin_listen", "must differ from `listen`: the admin listener is never the client port");
+        }
+    }
+    let max_body_bytes = match raw.max_body_bytes {
+        None => 8 << 20,
+        Some(RawSize::Bytes(n)) => n as usize,
+        Some(RawSize::Text(text)) => parse_size(&text).unwrap_or_else(|| {
+            errors.push("max_body_bytes", format!("'{text}' is not a size (examples: 8MiB, 512KiB, 1048576)"));
+            0
+        }),
+    };
+    if max_body_bytes == 0 {
+        errors.push("max_body_bytes", "must be greater than zero");
+    }
+    let hosts = raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+    let threads = raw.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if threads == 0 {
+        errors.push("threads", "must be at least 1");
+    }
+    let max_concurrent = nonzero(&mut errors, "max_concurrent", raw.max_concurrent);
+    let shutdown_grace = duration(&mut errors, "shutdown_grace", raw.shutdown_grace.as_deref(), Duration::from_secs(30));
+    let client_timeout = duration(&mut errors, "client_timeout", raw.client_timeout.as_deref(), Duration::from_secs(60));
+    let log_level = match raw.log_level.as_deref().unwrap_or("info").parse() {
+        Ok(level) => level,
+        Err(_) => {
+            errors.push("log_level", "must be one of off, error, warn, info, debug, trace");
+            log::LevelFilter::Info
+        }
+    };
+    let echo_upstream = raw.echo_upstream.and_then(|echo| socket_addr(&mut errors, "echo_upstream.listen", &echo.listen));
+
+    let upstreams: Vec<UpstreamConfig> = raw
+        .upstreams
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, value)| {
+            let path = format!("upstreams[{i}]");
+            let raw = errors.item::<RawUpstream>(&path, value)?;
+            upstream(&mut errors, &path, raw, env)
+        })
+        .collect();
+    check_unique(&mut errors, "upstreams", upstreams.iter().map(|u| u.name.as_str()), "name");
+
+    let models: Vec<ModelConfig> = raw
+        .models
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, value)| {
+            let path = format!("models[{i}]");
+            let raw = errors.item::<RawModel>(&path, value)?;
+            model(&mut errors, &path, raw, &upstreams)
+        })
+        .collect();
+    check_unique(&mut errors, "models", models.iter().map(|m| m.id.as_str()), "id");
+
+    let mut key_values = raw.keys.into_iter().map(|v| ("keys".to_string(), v)).collect::<Vec<_>>();
+    if let Some((keys_name, keys_text)) = keys {
+        if raw.keys_file.is_none() {
+            errors.push("keys_file", "a keys file was given but the configuration names none");
+        }
+        match serde_path_to_error::deserialize::<_, RawKeysFile>(serde_yaml::Deserializer::from_str(keys_text)) {
+            Ok(file) => key_values.extend(file.keys.into_iter().map(|v| (format!("{keys_name}: keys"), v))),
+            Err(error) => errors.push(format!("{keys_name}: {}", error.path()), error.into_inner().to_string()),
+        }
+    }
+    let keys: Vec<KeyConfig> = key_values
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (prefix, value))| {
+            let path = format!("{prefix}[{i}]");
+            let raw = errors.item::<RawKey>(&path, value)?;
+            key(&mut errors, &path, raw)
+        })
+        .collect();
+    check_unique(&mut errors, "keys", keys.iter().map(|k| k.name.as_str()), "name");
+    let hashes: Vec<String> = keys.iter().map(|k| k.hash.to_hex()).collect();
+    check_unique(&mut errors, "keys", hashes.iter().map(String::as_str), "sha256");
+
+    if !errors.list.is_empty() {
+        return Err(ConfigErrors(errors.list));
+    }
+    Ok(Config {
+        listen: listen.expect("checked above"),
+        admin_listen: admin_listen.expect("checked above"),
+        environment: raw.environment.unwrap_or_else(|| "production".into()),
+        max_body_bytes,
+        hosts,
+        threads,
+        max_concurrent,
+        shutdown_grace,
+        client_timeout,
+        log_level,
+        echo_upstream,
+        keys_file: raw.keys_file.map(PathBuf::from),
+        upstreams,
+        models,
+        keys,
+    })
+}
+
+fn upstream(
+    errors: &mut Errors,
+    path: &str,
+    raw: RawUpstream,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<UpstreamConfig> {
+    let before = errors.list.len();
+    check_name(errors, &format!("{path}.name"), &raw.name);
+    let url = match raw.url.parse::<http::Uri>() {
+        Ok(url) => {
+            let scheme_ok = matches!(url.scheme_str(), Some("http") | Some("https"));
+            if !scheme_ok || url.host().is_none() {
+                errors.push(format!("{path}.url"), "must be an absolute http:// or https:// URL");
+            } else if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+                errors.push(format!("{path}.url"), "must not carry credentials; use api_key_env");
+            } else if url.query().is_some() {
+                errors.push(format!("{path}.url"), "must not carry a query string");
+            }
+            Some(url)
+        }
+        Err(e) => {
+            errors.push(format!("{path}.url"), format!("not a URL: {e}"));
+            None
+        }
+    };
+    let credential = match &raw.api_key_env {
+        None => None,
+        Some(name) => match env(name) {
+            Some(value) if !value.is_empty() => Some(Secret::new(value)),
+            _ => {
+                errors.push(format!("{path}.api_key_env"), format!("environment variable {name} is not set or empty"));
+                None
+            }
+        },
+    };
+    let connect_timeout = duration(errors, &format!("{path}.connect_timeout"), raw.connect_timeout.as_deref(), Duration::from_secs(5));
+    let first_byte_timeout = duration(errors, &format!("{path}.first_byte_timeout"), raw.first_byte_timeout.as_deref(), Duration::from_secs(120));
+    let idle_timeout = duration(errors, &format!("{path}.idle_timeout"), raw.idle_timeout.as_deref(), Duration::from_secs(60));
+    if errors.list.len() > before {
+        return None;
+    }
+    Some(UpstreamConfig { name: raw.name, url: url?, credential, connect_timeout, first_byte_timeout, idle_timeout })
+}
+
+fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamConfig]) -> Option<ModelConfig> {
+    let before = errors.list.len();
+    if raw.id.is_empty() || raw.id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        errors.push(format!("{path}.id"), "must be non-empty, without spaces or control characters");
+    }
+    let single = raw.upstream.is_some();
+    let targets = match (raw.upstream, raw.targets) {
+        (Some(upstream), None) => vec![RawTarget { upstream, weight: None, upstream_model: raw.upstream_model }],
+        (None, Some(targets)) if !targets.is_empty() => {
+            if raw.upstream_model.is_some() {
+                errors.push(format!("{path}.upstream_model"), "goes inside each target when `targets` is used");
+            }
+            targets
+        }
+        (None, Some(_)) => {
+            errors.push(format!("{path}.targets"), "must list at least one target");
+            Vec::new()
+        }
+        (Some(_), Some(_)) => {
+            errors.push(path.to_string(), "give either `upstream` or `targets`, not both");
+            Vec::new()
+        }
+        (None, None) => {
+            errors.push(path.to_string(), "needs `upstream` or `targets`");
+            Vec::new()
+        }
+    };
+    let targets: Vec<TargetConfig> = targets
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, target)| {
+            let target_path = if single { path.to_string() } else { format!("{path}.targets[{i}]") };
+            if !upstreams.iter().any(|u| u.name == target.upstream) {
+                errors.push(format!("{target_path}.upstream"), format!("no upstream is named '{}'", target.upstream));
+            }
+            let weight = match NonZeroU32::new(target.weight.unwrap_or(1)) {
+                Some(weight) => weight,
+                None => {
+                    errors.push(format!("{target_path}.weight"), "must be at least 1");
+                    return None;
+                }
+            };
+            Some(TargetConfig { upstream: target.upstream, weight, upstream_model: target.upstream_model })
+        })
+        .collect();
+    let endpoint_type = raw.endpoint_type.unwrap_or_else(|| "chat".into());
+    if endpoint_type != "chat" {
+        errors.push(format!("{path}.endpoint_type"), "only `chat` is served");
+    }
+    let mut streaming = false;
+    let mut tool_calling = false;
+    for (i, capability) in raw.capabilities.iter().enumerate() {
+        match capability.as_str() {
+            "streaming" => streaming = true,
+            "tool_calling" => tool_calling = true,
+            other => errors.push(format!("{path}.capabilities[{i}]"), format!("unknown capability '{other}' (known: streaming, tool_calling)")),
+        }
+    }
+    if errors.list.len() > before {
+        return None;
+    }
+    Some(ModelConfig {
+        id: raw.id,
+        targets,
+        endpoint_type,
+        streaming,
+        tool_calling,
+        owned_by: raw.owned_by.unwrap_or_else(|| "sluice".into()),
+        created: raw.created.unwrap_or(0),
+    })
+}
+
+fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
+    let before = errors.list.len();
+    check_name(errors, &format!("{path}.name"), &raw.name);
+    let hash = KeyHash::from_hex(raw.sha256.trim_start_matches("sha256:"));
+    if hash.is_none() {
+        errors.push(format!("{path}.sha256"), "must be 64 hexadecimal digits (the SHA-256 of the key; `sluice key` prints one)");
+    }
+    if let Some(patterns) = &raw.models {
+        for (i, pattern) in patterns.iter().enumerate() {
+            if pattern.is_empty() {
+                errors.push(format!("{path}.models[{i}]"), "an empty pattern matches nothing");
+            }
+        }
+    }
+    let requests_per_minute = nonzero(errors, &format!("{path}.requests_per_minute"), raw.requests_per_minute);
+    let burst = nonzero(errors, &format!("{path}.burst"), raw.burst);
+    if burst.is_some() && requests_per_minute.is_none() {
+        errors.push(format!("{path}.burst"), "needs requests_per_minute");
+    }
+    let max_concurrent = nonzero(errors, &format!("{path}.max_concurrent"), raw.max_concurrent);
+    if errors.list.len() > before {
+        return None;
+    }
+    Some(KeyConfig {
+        name: raw.name,
+        hash: hash?,
+        enabled: raw.enabled.unwrap_or(true),
+        models: raw.models,
+        requests_per_minute,
+        burst,
+        max_concurrent,
+    })
+}
+
+/// Names become metric labels and log fields: keep them short and plain.
+fn check_name(errors: &mut Errors, path: &str, name: &str) {
+    let plain = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > 64 || !plain {
+        errors.push(path, "must be 1-64 characters of letters, digits, '-', '_' or '.'");
+    }
+}
+
+fn check_unique<'a>(errors: &mut Errors, list: &str, values: impl Iterator<Item = &'a str>, field: &str) {
+    let mut seen = std::collections::HashSet::new();
+    for value in values {
+        if !seen.insert(value) {
+            let shown = if field == "sha256" { "(a hash)" } else { value };
+            errors.push(list, format!("two entries share the {field} {shown}"));
+        }
+    }
+}
+
+fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option<SocketAddr> {
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            errors.push(path, format!("'{text}' is not an address like 127.0.0.1:8080"));
+            None
+        }
+    }
+}
+
+fn nonzero(errors: &mut Errors, path: &str, value: Option<u32>) -> Option<NonZeroU32> {
+    let value = value?;
+    let nonzero = NonZeroU32::new(value);
+    if nonzero.is_none() {
+        errors.push(path, "must be at least 1 (leave it out for no limit)");
+    }
+    nonzero
+}
+
+fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
+    let Some(text) = text else { return default };
+    match humantime::parse_duration(text) {
+        Ok(d) if !d.is_zero() => d,
+        _ => {
+            errors.push(path, format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"));
+            default
+        }
+    }
+}
+
+/// Parses `8MiB`, `512KiB`, `1MB`, `1048576`.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits.parse().ok()?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
+}

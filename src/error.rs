@@ -1,0 +1,212 @@
+//! The one request-error type: every answer the gateway makes itself on failure.
+//!
+//! Each variant knows its HTTP status, OpenAI-style `type` and `code`, the parameter it is
+//! about, and a one-sentence message a user can act on. `respond.rs` renders it; nothing
+//! else builds error JSON.
+
+use std::time::Duration;
+
+/// A failure the gateway answers itself, in the OpenAI error envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    UnknownRoute { repeated_prefix: bool },
+    MissingApiKey,
+    InvalidApiKey,
+    RateLimited { retry_after: Duration },
+    ConcurrencyLimited { retry_after: Duration },
+    RequestTooLarge { limit_bytes: usize },
+    UnsupportedMediaType,
+    InvalidJson { detail: String },
+    MissingParameter { param: &'static str },
+    InvalidParameter { param: String, message: String },
+    CapabilityNotSupported { param: &'static str, model: String, capability: &'static str },
+    ModelNotFound { model: String },
+    Internal,
+    UpstreamUnavailable,
+    UpstreamAuthFailed,
+    UpstreamProtocolError,
+    NoHealthyUpstream { retry_after: Duration },
+    UpstreamSaturated { retry_after: Duration },
+    Overloaded { retry_after: Duration },
+    UpstreamTimeout,
+}
+
+/// Longest piece of client-supplied text (a model ID) quoted back in a message.
+const MAX_QUOTED_CHARS: usize = 128;
+
+impl RequestError {
+    /// The HTTP status of the answer.
+    pub fn status(&self) -> u16 {
+        use RequestError::*;
+        match self {
+            InvalidJson { .. }
+            | MissingParameter { .. }
+            | InvalidParameter { .. }
+            | CapabilityNotSupported { .. } => 400,
+            MissingApiKey | InvalidApiKey => 401,
+            UnknownRoute { .. } | ModelNotFound { .. } => 404,
+            RequestTooLarge { .. } => 413,
+            UnsupportedMediaType => 415,
+            RateLimited { .. } | ConcurrencyLimited { .. } => 429,
+            Internal => 500,
+            UpstreamUnavailable | UpstreamAuthFailed | UpstreamProtocolError => 502,
+            NoHealthyUpstream { .. } | UpstreamSaturated { .. } | Overloaded { .. } => 503,
+            UpstreamTimeout => 504,
+        }
+    }
+
+    /// The OpenAI `error.type` value.
+    pub fn error_type(&self) -> &'static str {
+        use RequestError::*;
+        match self {
+            MissingApiKey | InvalidApiKey => "authentication_error",
+            RateLimited { .. } | ConcurrencyLimited { .. } => "rate_limit_error",
+            Internal | Overloaded { .. } => "server_error",
+            UpstreamUnavailable
+            | UpstreamAuthFailed
+            | UpstreamProtocolError
+            | NoHealthyUpstream { .. }
+            | UpstreamSaturated { .. }
+            | UpstreamTimeout => "upstream_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The stable machine-readable `error.code`; also the `code` metric label.
+    pub fn code(&self) -> &'static str {
+        use RequestError::*;
+        match self {
+            UnknownRoute { .. } => "unknown_route",
+            MissingApiKey => "missing_api_key",
+            InvalidApiKey => "invalid_api_key",
+            RateLimited { .. } => "rate_limit_exceeded",
+            ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
+            RequestTooLarge { .. } => "request_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
+            InvalidJson { .. } => "invalid_json",
+            MissingParameter { .. } => "missing_required_parameter",
+            InvalidParameter { .. } => "invalid_parameter",
+            CapabilityNotSupported { .. } => "capability_not_supported",
+            ModelNotFound { .. } => "model_not_found",
+            Internal => "internal_error",
+            UpstreamUnavailable => "upstream_unavailable",
+            UpstreamAuthFailed => "upstream_auth_failed",
+            UpstreamProtocolError => "upstream_protocol_error",
+            NoHealthyUpstream { .. } => "no_healthy_upstream",
+            UpstreamSaturated { .. } => "upstream_saturated",
+            Overloaded { .. } => "overloaded",
+            UpstreamTimeout => "upstream_timeout",
+        }
+    }
+
+    /// The request parameter the error is about, if any.
+    pub fn param(&self) -> Option<&str> {
+        use RequestError::*;
+        match self {
+            MissingParameter { param } | CapabilityNotSupported { param, .. } => Some(param),
+            InvalidParameter { param, .. } => Some(param),
+            ModelNotFound { .. } => Some("model"),
+            _ => None,
+        }
+    }
+
+    /// How long a client should wait before trying again, when the answer says so.
+    pub fn retry_after(&self) -> Option<Duration> {
+        use RequestError::*;
+        match self {
+            RateLimited { retry_after }
+            | ConcurrencyLimited { retry_after }
+            | NoHealthyUpstream { retry_after }
+            | UpstreamSaturated { retry_after }
+            | Overloaded { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    /// One sentence the user can act on. Never contains a secret: the only client text
+    /// quoted is a model ID, cut to a bounded length.
+    pub fn message(&self) -> String {
+        use RequestError::*;
+        match self {
+            UnknownRoute { repeated_prefix: true } => "No such route: the path repeats the /v1 prefix; \
+                use a base URL ending in /v1 and append the route once (for example /v1/chat/completions)."
+                .into(),
+            UnknownRoute { repeated_prefix: false } => "No such route. This gateway serves GET /v1/models, \
+                GET /v1/models/{id} and POST /v1/chat/completions."
+                .into(),
+            MissingApiKey => "No API key was provided. Send it in the header \
+                `Authorization: Bearer <API_KEY>`."
+                .into(),
+            InvalidApiKey => "The API key is not valid. Check the key you are sending.".into(),
+            RateLimited { retry_after } => format!(
+                "Rate limit reached for this API key. Retry after {} ms.",
+                retry_after.as_millis()
+            ),
+            ConcurrencyLimited { .. } => "Too many requests are in flight for this API key. \
+                Wait for one to finish before sending another."
+                .into(),
+            RequestTooLarge { limit_bytes } => {
+                format!("The request body is larger than the limit of {limit_bytes} bytes.")
+            }
+            UnsupportedMediaType => {
+                "The request body must be JSON: send `Content-Type: application/json`.".into()
+            }
+            InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
+            MissingParameter { param } => format!("Missing required parameter: '{param}'."),
+            InvalidParameter { message, .. } => message.clone(),
+            CapabilityNotSupported { model, capability, .. } => format!(
+                "The model '{}' does not support {capability}.",
+                quote(model)
+            ),
+            ModelNotFound { model } => format!(
+                "The model '{}' does not exist or you do not have access to it.",
+                quote(model)
+            ),
+            Internal => "The gateway failed to handle the request. Report the x-request-id.".into(),
+            UpstreamUnavailable => "The model's backend could not be reached.".into(),
+            UpstreamAuthFailed => "The model's backend refused the gateway's credential; \
+                this is a gateway configuration problem, not your API key."
+                .into(),
+            UpstreamProtocolError => "The model's backend sent a response that is not valid HTTP.".into(),
+            NoHealthyUpstream { .. } => "Every backend of this model is unavailable for now.".into(),
+            UpstreamSaturated { .. } => "The model's backend is at capacity.".into(),
+            Overloaded { .. } => "The gateway is at capacity or shutting down.".into(),
+            UpstreamTimeout => "The model's backend did not answer in time.".into(),
+        }
+    }
+}
+
+fn quote(text: &str) -> String {
+    text.chars().take(MAX_QUOTED_CHARS).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_codes_follow_the_design_table() {
+        let cases = [
+            (RequestError::InvalidJson { detail: "x".into() }, 400, "invalid_json"),
+            (RequestError::MissingApiKey, 401, "missing_api_key"),
+            (RequestError::UnknownRoute { repeated_prefix: false }, 404, "unknown_route"),
+            (RequestError::ModelNotFound { model: "m".into() }, 404, "model_not_found"),
+            (RequestError::RequestTooLarge { limit_bytes: 1 }, 413, "request_too_large"),
+            (RequestError::UnsupportedMediaType, 415, "unsupported_media_type"),
+            (RequestError::Internal, 500, "internal_error"),
+            (RequestError::UpstreamAuthFailed, 502, "upstream_auth_failed"),
+            (RequestError::UpstreamTimeout, 504, "upstream_timeout"),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(error.status(), status, "status of {error:?}");
+            assert_eq!(error.code(), code, "code of {error:?}");
+        }
+    }
+
+    #[test]
+    fn quoted_model_ids_are_bounded() {
+        let long = "m".repeat(10_000);
+        let message = RequestError::ModelNotFound { model: long }.message();
+        assert!(message.len() < 300, "message stays short: {} bytes", message.len());
+    }
+}

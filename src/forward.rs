@@ -1,0 +1,246 @@
+//! One upstream exchange, by hand over pingora's connection pool: send the request, wait for
+//! the response header, relay the body chunk by chunk as it arrives.
+//!
+//! Every chat completion takes this path, whatever its size (pingora's own body replay stops
+//! at 64 KiB). Doing it here also puts the failure rules in one place: a dead pooled
+//! connection is retried once on a fresh one, timeouts are ours, and a stream cut after it
+//! started ends with an SSE error event.
+
+use crate::catalog::Upstream;
+use crate::error::RequestError;
+use crate::gateway::Gateway;
+use crate::respond::stream_error_event;
+use crate::upstream::{is_event_stream, response_header};
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::proxy::Session;
+use pingora::upstreams::peer::Peer;
+use pingora::{Error, ErrorType, RetryType};
+use std::time::{Duration, Instant};
+
+/// What the exchange measured, for the access log, metrics and `server-timing`.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    pub status: Option<u16>,
+    pub ttfb: Option<Duration>,
+    /// Time spent waiting on the upstream (response header and body reads).
+    pub upstream_wait: Duration,
+    pub bytes_out: usize,
+    /// The response was an SSE stream.
+    pub event_stream: bool,
+    /// An upstream `Retry-After` passed through with a 429.
+    pub upstream_retry_after: Option<String>,
+}
+
+/// Why an exchange did not deliver a whole response.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// Nothing was sent to the client yet: answer with this error.
+    BeforeResponse(RequestError),
+    /// The response had started; it was ended as well as it could be (an error event on an
+    /// SSE stream). With `close`, the client connection must be dropped.
+    AfterResponse { error: RequestError, close: bool },
+    /// The client went away; the upstream request was abandoned.
+    ClientGone(Box<Error>),
+}
+
+enum Attempt {
+    Failed(RequestError),
+    /// A reused connection failed before any response byte: resend on a fresh one.
+    DeadReused,
+    ClientGone(Box<Error>),
+}
+
+/// Sends `header` + `body` to `upstream` and relays the answer to the client.
+pub async fn forward(
+    session: &mut Session,
+    gateway: &Gateway,
+    upstream: &Upstream,
+    header: RequestHeader,
+    body: Bytes,
+    request_started: Instant,
+    request_id: &str,
+    exchange: &mut Exchange,
+) -> Result<(), ForwardError> {
+    let peer = &upstream.peer;
+    let sent_at = Instant::now();
+    let (mut connection, response) = match attempt(session, gateway, upstream, &header, &body, false).await {
+        Ok(done) => done,
+        Err(Attempt::DeadReused) => match attempt(session, gateway, upstream, &header, &body, true).await {
+            Ok(done) => done,
+            Err(Attempt::DeadReused) => return Err(ForwardError::BeforeResponse(RequestError::UpstreamUnavailable)),
+            Err(other) => return Err(before_response(other)),
+        },
+        Err(other) => return Err(before_response(other)),
+    };
+    let ttfb = sent_at.elapsed();
+    exchange.ttfb = Some(ttfb);
+    exchange.upstream_wait += ttfb;
+    exchange.status = Some(response.status.as_u16());
+    gateway.metrics.upstream_ttfb.with_label_values(&[&upstream.name]).observe(ttfb.as_secs_f64());
+
+    if matches!(response.status.as_u16(), 401 | 403) {
+        // The upstream refused our credential: the client's key is not the problem.
+        return Err(ForwardError::BeforeResponse(RequestError::UpstreamAuthFailed));
+    }
+    exchange.upstream_retry_after = crate::upstream::retry_after(&response).map(str::to_owned);
+    let gateway_ms = (sent_at - request_started).as_secs_f64() * 1000.0;
+    let timing = format!("gateway;dur={gateway_ms:.3}, upstream;dur={:.3}", ttfb.as_secs_f64() * 1000.0);
+    let mut to_client = response_header(&response, request_id, &timing).map_err(|_| {
+        ForwardError::BeforeResponse(RequestError::UpstreamProtocolError)
+    })?;
+    if response.status.as_u16() == 500 {
+        to_client.insert_header("x-should-retry", "false").ok();
+    }
+    exchange.event_stream = is_event_stream(&to_client);
+    session.write_response_header(Box::new(to_client), false).await.map_err(ForwardError::ClientGone)?;
+
+    relay_body(session, &mut connection, upstream, exchange).await?;
+    session.write_response_body(None, true).await.map_err(ForwardError::ClientGone)?;
+    connection.respect_keepalive();
+    if let Some(stream) = connection.reuse().await {
+        gateway.connector.release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
+    }
+    Ok(())
+}
+
+fn before_response(attempt: Attempt) -> ForwardError {
+    match attempt {
+        Attempt::Failed(error) => ForwardError::BeforeResponse(error),
+        Attempt::DeadReused => ForwardError::BeforeResponse(RequestError::UpstreamUnavailable),
+        Attempt::ClientGone(e) => ForwardError::ClientGone(e),
+    }
+}
+
+/// Connects (pooled, or `fresh`), sends the request and reads the response header.
+async fn attempt(
+    session: &mut Session,
+    gateway: &Gateway,
+    upstream: &Upstream,
+    header: &RequestHeader,
+    body: &Bytes,
+    fresh: bool,
+) -> Result<(UpstreamSession, Box<ResponseHeader>), Attempt> {
+    let peer = &upstream.peer;
+    let connected = if fresh {
+        gateway.connector.new_stream(peer).await.map(|s| (s, false))
+    } else {
+        gateway.connector.get_stream(peer).await
+    };
+    let (stream, reused) = connected.map_err(|e| {
+        log::warn!(target: "sluice::forward", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
+        Attempt::Failed(RequestError::UpstreamUnavailable)
+    })?;
+    let mut connection = UpstreamSession::new_with_options(stream, peer);
+    // Our own timeouts apply (first byte, idle gap), not a per-read one.
+    connection.read_timeout = None;
+
+    let sent = async {
+        connection.write_request_header(Box::new(header.clone())).await?;
+        connection.write_body(body).await?;
+        connection.finish_body().await
+    };
+    if let Err(e) = sent.await {
+        return Err(if reused { Attempt::DeadReused } else { Attempt::Failed(upstream_failure(&e)) });
+    }
+
+    let deadline = tokio::time::Instant::now() + upstream.first_byte_timeout;
+    loop {
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(deadline, connection.read_response()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                connection.shutdown().await;
+                return Err(Attempt::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        match read {
+            Err(_elapsed) => return Err(Attempt::Failed(RequestError::UpstreamTimeout)),
+            Ok(Err(e)) if reused && !matches!(e.retry, RetryType::Decided(false)) && e.etype() != &ErrorType::InvalidHTTPHeader => {
+                return Err(Attempt::DeadReused)
+            }
+            Ok(Err(e)) => return Err(Attempt::Failed(upstream_failure(&e))),
+            Ok(Ok(_)) => {}
+        }
+        let Some(response) = connection.resp_header() else {
+            return Err(Attempt::Failed(RequestError::UpstreamProtocolError));
+        };
+        // Skip interim answers (100 Continue and the like); 101 is not something we asked for.
+        if response.status.is_informational() {
+            if response.status.as_u16() == 101 {
+                return Err(Attempt::Failed(RequestError::UpstreamProtocolError));
+            }
+            continue;
+        }
+        let response = Box::new(response.clone());
+        return Ok((connection, response));
+    }
+}
+
+fn upstream_failure(error: &Error) -> RequestError {
+    match error.etype() {
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error => RequestError::UpstreamProtocolError,
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout => RequestError::UpstreamTimeout,
+        _ => RequestError::UpstreamUnavailable,
+    }
+}
+
+/// Relays body chunks as they come; watches for the client leaving and the upstream stalling.
+async fn relay_body(
+    session: &mut Session,
+    connection: &mut UpstreamSession,
+    upstream: &Upstream,
+    exchange: &mut Exchange,
+) -> Result<(), ForwardError> {
+    let mut tail = [b'\n'; 2];
+    loop {
+        let waited_from = Instant::now();
+        let read = tokio::select! {
+            read = tokio::time::timeout(upstream.idle_timeout, connection.read_body_bytes()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                connection.shutdown().await;
+                return Err(ForwardError::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        exchange.upstream_wait += waited_from.elapsed();
+        let chunk = match read {
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => {
+                log::warn!(target: "sluice::forward", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
+                return Err(end_cut_stream(session, exchange, RequestError::UpstreamUnavailable, tail).await);
+            }
+            Err(_elapsed) => return Err(end_cut_stream(session, exchange, RequestError::UpstreamTimeout, tail).await),
+        };
+        if chunk.is_empty() {
+            continue;
+        }
+        remember_tail(&mut tail, &chunk);
+        exchange.bytes_out += chunk.len();
+        session.write_response_body(Some(chunk), false).await.map_err(ForwardError::ClientGone)?;
+    }
+}
+
+fn remember_tail(tail: &mut [u8; 2], chunk: &[u8]) {
+    if chunk.len() >= 2 {
+        tail.copy_from_slice(&chunk[chunk.len() - 2..]);
+    } else {
+        *tail = [tail[1], chunk[0]];
+    }
+}
+
+/// Ends a response whose upstream failed after it started. An SSE stream gets one error
+/// event and a clean end, then the connection closes; any other body can only be cut.
+async fn end_cut_stream(session: &mut Session, exchange: &mut Exchange, error: RequestError, tail: [u8; 2]) -> ForwardError {
+    if !exchange.event_stream {
+        return ForwardError::AfterResponse { error, close: true };
+    }
+    let event = stream_error_event(&error);
+    // Skip the separating blank line when the last event already ended cleanly.
+    let event = if tail == *b"\n\n" { event.slice(2..) } else { event };
+    exchange.bytes_out += event.len();
+    session.set_keepalive(None);
+    let written = session.write_response_body(Some(event), false).await;
+    let ended = session.write_response_body(None, true).await;
+    ForwardError::AfterResponse { error, close: written.is_err() || ended.is_err() }
+}

@@ -1,0 +1,66 @@
+//! The gateway's shared state, built once in `main` (or by a test) and passed explicitly:
+//! the catalog snapshot, limit state, metrics, the upstream connection pool and the logs.
+
+use crate::access_log::AccessLog;
+use crate::catalog::Catalog;
+use crate::limits::{Clock, Limiter};
+use crate::metrics::Metrics;
+use arc_swap::ArcSwap;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Everything requests share.
+pub struct Gateway {
+    catalog: ArcSwap<Catalog>,
+    pub limiter: Limiter,
+    pub metrics: Metrics,
+    /// Pooled keep-alive connections to every upstream (HTTP/1.1, TLS by rustls).
+    pub connector: TransportConnector,
+    pub access_log: AccessLog,
+    draining: AtomicBool,
+}
+
+impl Gateway {
+    pub fn new(catalog: Catalog, clock: Arc<dyn Clock>, access_log: AccessLog) -> Self {
+        let metrics = Metrics::new();
+        metrics.config_generation.set(catalog.generation as i64);
+        metrics.config_last_success.set(unix_seconds());
+        Gateway {
+            catalog: ArcSwap::from_pointee(catalog),
+            limiter: Limiter::new(clock),
+            metrics,
+            connector: TransportConnector::new(Some(ConnectorOptions::new(128))),
+            access_log,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// The snapshot a request uses from start to end.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Serves a new snapshot from the next request on; requests in flight keep theirs.
+    pub fn swap_catalog(&self, catalog: Catalog) {
+        self.metrics.config_generation.set(catalog.generation as i64);
+        self.metrics.config_last_success.set(unix_seconds());
+        let catalog = Arc::new(catalog);
+        self.catalog.store(Arc::clone(&catalog));
+        self.limiter.retain_keys(|name| catalog.has_key_named(name));
+    }
+
+    /// Stops admitting new requests (they get 503 `overloaded`); `/readyz` turns 503.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+}
+
+fn unix_seconds() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}

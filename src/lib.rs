@@ -1,0 +1,24 @@
+//! Sluice: an LLM API gateway on pingora. See `docs/architecture.md` for the request path.
+#![forbid(unsafe_code)]
+
+pub mod access_log;
+pub mod admin;
+pub mod auth;
+pub mod catalog;
+pub mod config;
+pub mod echo;
+pub mod error;
+pub mod forward;
+pub mod gateway;
+pub mod limits;
+pub mod logger;
+pub mod metrics;
+pub mod proxy;
+pub mod reload;
+pub mod request_body;
+pub mod request_id;
+pub mod respond;
+pub mod route;
+pub mod secret;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,281 @@
+//! Per-key request rate (GCRA) and concurrency, and the gateway-wide in-flight cap.
+//!
+//! State lives beside the catalog snapshot, keyed by key name, so a reload keeps the
+//! counters of keys that remain. Concurrency slots are RAII permits: dropping the request
+//! context (finished, failed, disconnected or cancelled at shutdown) gives the slot back.
+
+use crate::catalog::Key;
+use crate::error::RequestError;
+use dashmap::DashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How long a client refused for concurrency is told to wait: a hint, since the gateway
+/// cannot know when a request in flight will end.
+pub const CONCURRENCY_RETRY_HINT: Duration = Duration::from_secs(1);
+
+/// Monotonic time since an arbitrary start; injected so tests control it.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Duration;
+}
+
+/// The real clock.
+pub struct MonotonicClock(Instant);
+
+impl MonotonicClock {
+    pub fn new() -> Self {
+        MonotonicClock(Instant::now())
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// A key's rate-limit position, for the `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateStatus {
+    pub limit: u32,
+    pub remaining: u32,
+    /// Time until the bucket is full again.
+    pub reset: Duration,
+}
+
+/// A held concurrency slot (per key, or gateway-wide). Released on drop; the last
+/// gateway-wide slot to go wakes whoever waits for the gateway to be idle.
+#[derive(Debug, Default)]
+pub struct Permit {
+    slots: Vec<Arc<AtomicU32>>,
+    idle: Option<Arc<Notify>>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        for slot in &self.slots {
+            let before = slot.fetch_sub(1, Ordering::AcqRel);
+            if before == 1 {
+                if let Some(idle) = &self.idle {
+                    idle.notify_waiters();
+                }
+            }
+        }
+    }
+}
+
+/// The limiter's answer for one request.
+#[derive(Debug)]
+pub enum Admission {
+    Allowed { permit: Permit, rate: Option<RateStatus>, since_previous: Option<Duration> },
+    Denied { error: RequestError, rate: Option<RateStatus>, since_previous: Option<Duration> },
+}
+
+struct KeyState {
+    /// Theoretical arrival time of the GCRA, as time since the clock's start.
+    tat: Mutex<Duration>,
+    in_flight: Arc<AtomicU32>,
+    /// Clock time of the previous request plus one (0: none yet), in microseconds.
+    previous_micros: AtomicU64,
+}
+
+impl KeyState {
+    fn new() -> Self {
+        KeyState { tat: Mutex::new(Duration::ZERO), in_flight: Arc::new(AtomicU32::new(0)), previous_micros: AtomicU64::new(0) }
+    }
+}
+
+/// All limit state of the gateway.
+pub struct Limiter {
+    clock: Arc<dyn Clock>,
+    keys: DashMap<String, Arc<KeyState>>,
+    gateway_in_flight: Arc<AtomicU32>,
+    idle: Arc<Notify>,
+}
+
+impl Limiter {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Limiter { clock, keys: DashMap::new(), gateway_in_flight: Arc::new(AtomicU32::new(0)), idle: Arc::new(Notify::new()) }
+    }
+
+    /// Takes a gateway-wide slot, or `Overloaded` when `cap` are in flight. Every request
+    /// holds one (with or without a cap), so the count also tells shutdown when all is done.
+    pub fn admit_gateway(&self, cap: Option<std::num::NonZeroU32>) -> Result<Permit, RequestError> {
+        let limit = cap.map_or(u32::MAX, |c| c.get());
+        if !try_take(&self.gateway_in_flight, limit) {
+            return Err(RequestError::Overloaded { retry_after: CONCURRENCY_RETRY_HINT });
+        }
+        Ok(Permit { slots: vec![Arc::clone(&self.gateway_in_flight)], idle: Some(Arc::clone(&self.idle)) })
+    }
+
+    /// Resolves once no request is in flight (checked without polling).
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.gateway_in_flight() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Requests in flight through the whole gateway.
+    pub fn gateway_in_flight(&self) -> u32 {
+        self.gateway_in_flight.load(Ordering::Acquire)
+    }
+
+    /// Rate first, then concurrency, for one request of `key`.
+    pub fn admit(&self, key: &Key) -> Admission {
+        let state = self.state(&key.name);
+        let now = self.clock.now();
+        let since_previous = record_previous(&state.previous_micros, now);
+        let rate = match key.requests_per_minute {
+            None => None,
+            Some(per_minute) => {
+                let burst = key.burst.unwrap_or(per_minute).get();
+                let mut tat = state.tat.lock().unwrap_or_else(|p| p.into_inner());
+                match gcra(&mut tat, now, per_minute.get(), burst) {
+                    Ok(status) => Some(status),
+                    Err((status, retry_after)) => {
+                        return Admission::Denied { error: RequestError::RateLimited { retry_after }, rate: Some(status), since_previous };
+                    }
+                }
+            }
+        };
+        let mut permit = Permit::default();
+        if let Some(limit) = key.max_concurrent {
+            if !try_take(&state.in_flight, limit.get()) {
+                let error = RequestError::ConcurrencyLimited { retry_after: CONCURRENCY_RETRY_HINT };
+                return Admission::Denied { error, rate, since_previous };
+            }
+            permit.slots.push(Arc::clone(&state.in_flight));
+        }
+        Admission::Allowed { permit, rate, since_previous }
+    }
+
+    /// Requests of this key holding a concurrency slot now.
+    pub fn in_flight(&self, key_name: &str) -> u32 {
+        self.keys.get(key_name).map_or(0, |s| s.in_flight.load(Ordering::Acquire))
+    }
+
+    /// After a reload: drop the state of keys that no longer exist, once nothing of theirs
+    /// is in flight. Keys that remain keep their counters.
+    pub fn retain_keys(&self, exists: impl Fn(&str) -> bool) {
+        self.keys.retain(|name, state| exists(name) || state.in_flight.load(Ordering::Acquire) > 0);
+    }
+
+    /// How many keys have state (for tests and metrics).
+    pub fn tracked_keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn state(&self, name: &str) -> Arc<KeyState> {
+        if let Some(state) = self.keys.get(name) {
+            return Arc::clone(&state);
+        }
+        Arc::clone(&self.keys.entry(name.to_owned()).or_insert_with(|| Arc::new(KeyState::new())))
+    }
+}
+
+/// Takes one slot unless `limit` are taken; exact under contention.
+fn try_take(counter: &AtomicU32, limit: u32) -> bool {
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).is_ok()
+}
+
+fn record_previous(previous: &AtomicU64, now: Duration) -> Option<Duration> {
+    let now_micros = now.as_micros() as u64 + 1;
+    let before = previous.swap(now_micros, Ordering::AcqRel);
+    (before != 0).then(|| Duration::from_micros(now_micros.saturating_sub(before)))
+}
+
+/// The generic cell rate algorithm: `per_minute` sustained, `burst` at once. On success
+/// advances `tat`; on refusal returns how long until this request would pass.
+fn gcra(tat: &mut Duration, now: Duration, per_minute: u32, burst: u32) -> Result<RateStatus, (RateStatus, Duration)> {
+    let interval = Duration::from_secs(60) / per_minute;
+    let window = interval * burst;
+    let start = (*tat).max(now);
+    let next = start + interval;
+    let ahead = next - now;
+    if ahead > window {
+        let backlog = start - now;
+        let status = RateStatus { limit: per_minute, remaining: 0, reset: backlog };
+        return Err((status, ahead - window));
+    }
+    *tat = next;
+    let remaining = ((window - ahead).as_nanos() / interval.as_nanos()) as u32;
+    Ok(RateStatus { limit: per_minute, remaining, reset: ahead })
+}
+
+/// OpenAI's reset format: `1s`, `120ms`, `6m0s`, `1h2m3s`.
+pub fn format_reset(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let total_seconds = duration.as_secs_f64();
+    let hours = (total_seconds / 3600.0).floor();
+    let minutes = ((total_seconds - hours * 3600.0) / 60.0).floor();
+    let seconds = total_seconds - hours * 3600.0 - minutes * 60.0;
+    let seconds = format!("{:.3}", seconds).trim_end_matches('0').trim_end_matches('.').to_string();
+    match (hours as u64, minutes as u64) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+/// The `x-ratelimit-*` headers for a rate-limited key.
+pub fn rate_headers(status: &RateStatus) -> [(&'static str, String); 3] {
+    [
+        ("x-ratelimit-limit-requests", status.limit.to_string()),
+        ("x-ratelimit-remaining-requests", status.remaining.to_string()),
+        ("x-ratelimit-reset-requests", format_reset(status.reset)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_allows_the_burst_then_one_per_interval() {
+        let mut tat = Duration::ZERO;
+        let now = Duration::from_secs(100);
+        // 60 per minute, burst 3: three at once, the fourth waits one second.
+        for expected_remaining in [2, 1, 0] {
+            let status = gcra(&mut tat, now, 60, 3).expect("within burst");
+            assert_eq!(status.remaining, expected_remaining);
+        }
+        let (_, wait) = gcra(&mut tat, now, 60, 3).expect_err("burst used up");
+        assert_eq!(wait, Duration::from_secs(1));
+        assert!(gcra(&mut tat, now + wait - Duration::from_millis(1), 60, 3).is_err(), "not a millisecond early");
+        assert!(gcra(&mut tat, now + wait, 60, 3).is_ok(), "admitted after exactly the wait");
+    }
+
+    #[test]
+    fn reset_formats_like_openai() {
+        assert_eq!(format_reset(Duration::from_millis(20)), "20ms");
+        assert_eq!(format_reset(Duration::from_secs(1)), "1s");
+        assert_eq!(format_reset(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_reset(Duration::from_secs(360)), "6m0s");
+        assert_eq!(format_reset(Duration::from_secs(3723)), "1h2m3s");
+    }
+
+    #[test]
+    fn concurrency_slots_are_exact_and_released_on_drop() {
+        let counter = AtomicU32::new(0);
+        assert!(try_take(&counter, 2) && try_take(&counter, 2));
+        assert!(!try_take(&counter, 2));
+        assert_eq!(counter.load(Ordering::Acquire), 2, "a refused take leaves no trace");
+    }
+}

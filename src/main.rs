@@ -1,0 +1,167 @@
+//! The `sluice` command: run the gateway, check a configuration, make a key, or run the
+//! echo backend on its own. Startup only; the gateway itself lives in the library.
+
+use clap::{Parser, Subcommand};
+use rand::RngCore;
+use sluice::access_log::AccessLog;
+use sluice::catalog::Catalog;
+use sluice::config::{load_files, Config};
+use sluice::gateway::Gateway;
+use sluice::limits::MonotonicClock;
+use sluice::secret::KeyHash;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "An LLM API gateway on pingora")]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, short, default_value = "gateway.yaml", global = true)]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration and list every error; exit 1 if there is any.
+    Check,
+    /// Print a new random API key and the `sha256:` line to paste into the configuration.
+    Key {
+        /// The key's name in the configuration.
+        #[arg(long, default_value = "my-key")]
+        name: String,
+    },
+    /// Run only the built-in echo backend (for benchmarks and trials).
+    Echo {
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        listen: std::net::SocketAddr,
+        /// Pause between streamed words.
+        #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+        word_delay: Duration,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check) => check(&cli.config),
+        Some(Command::Key { name }) => {
+            print_key(&name);
+            ExitCode::SUCCESS
+        }
+        Some(Command::Echo { listen, word_delay }) => echo(listen, word_delay),
+        None => run(&cli.config),
+    }
+}
+
+fn check(path: &Path) -> ExitCode {
+    match load_files(path).and_then(|config| Catalog::build(&config, 1)) {
+        Ok(catalog) => {
+            println!("{}: OK ({} upstreams, generation {})", path.display(), catalog.upstreams.len(), catalog.generation);
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} error(s)", errors.0.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_key(name: &str) {
+    let mut bytes = [0u8; 24];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let key = format!("sk-sluice-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let hash = KeyHash::of(key.as_bytes()).to_hex();
+    println!("key:    {key}");
+    println!("config: - {{name: {name}, sha256: {hash}}}");
+    eprintln!("Give the key to its user; only the sha256 line goes into the configuration.");
+}
+
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+}
+
+fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
+    sluice::logger::init(log::LevelFilter::Info);
+    let result = runtime(2).and_then(|rt| {
+        rt.block_on(async {
+            let (_tx, watch) = tokio::sync::watch::channel(false);
+            let echo = Arc::new(sluice::echo::Echo { word_delay });
+            let (addr, task) = sluice::server::listen(listen, echo, watch).await?;
+            log::info!(target: "sluice", listen:% = addr; "echo backend listening");
+            let _ = task.await;
+            Ok(())
+        })
+    });
+    exit_on(result)
+}
+
+fn run(path: &Path) -> ExitCode {
+    let config = match load_files(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    sluice::logger::init(config.log_level);
+    let catalog = match Catalog::build(&config, 1) {
+        Ok(catalog) => catalog,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime(config.threads).and_then(|rt| rt.block_on(serve(path, config, catalog)));
+    exit_on(result)
+}
+
+async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let gateway = Arc::new(Gateway::new(catalog, Arc::new(MonotonicClock::new()), AccessLog::stdout()));
+    let running = sluice::server::start(&config, Arc::clone(&gateway)).await?;
+    log::info!(
+        target: "sluice",
+        listen:% = running.addr,
+        admin_listen:% = running.admin_addr,
+        echo_upstream:? = running.echo_addr;
+        "listening"
+    );
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = hangup.recv() => {
+                log::info!(target: "sluice::reload", trigger = "SIGHUP"; "reloading configuration");
+                let path = path.to_path_buf();
+                let (gw, running_config) = (Arc::clone(&gateway), config.clone());
+                let reloaded = tokio::task::spawn_blocking(move || sluice::reload::reload(&gw, &path, &running_config)).await;
+                if let Ok(Some(new_config)) = reloaded {
+                    config = new_config;
+                }
+            }
+        }
+    }
+    log::info!(target: "sluice", in_flight = gateway.limiter.gateway_in_flight(), grace:? = config.shutdown_grace; "draining");
+    let left = running.shutdown(config.shutdown_grace).await;
+    log::info!(target: "sluice", abandoned = left; "stopped");
+    Ok(())
+}
+
+fn exit_on(result: std::io::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!(target: "sluice", error:% = e; "cannot start");
+            eprintln!("sluice: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

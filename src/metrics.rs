@@ -1,0 +1,129 @@
+//! Every Prometheus series the gateway exports, in one owned registry (no globals, so tests
+//! run several gateways in one process). Labels come only from configuration and fixed sets.
+
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// Label value for a request that named no known key or model.
+pub const UNKNOWN: &str = "unknown";
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: IntCounterVec,
+    pub request_duration: HistogramVec,
+    pub overhead: Histogram,
+    pub upstream_ttfb: HistogramVec,
+    pub in_flight: IntGaugeVec,
+    pub rejections: IntCounterVec,
+    pub upstream_errors: IntCounterVec,
+    pub config_reloads: IntCounterVec,
+    pub config_generation: IntGauge,
+    pub config_last_success: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        // Whole requests and time to first byte: LLM calls take milliseconds to minutes.
+        let llm_buckets = exponential_buckets(0.005, 2.0, 18).expect("static buckets");
+        // The gateway's own share: microseconds to a few milliseconds.
+        let overhead_buckets = exponential_buckets(0.000_01, 2.0, 16).expect("static buckets");
+        let requests = IntCounterVec::new(
+            Opts::new("sluice_requests_total", "Requests answered, by key, model and HTTP status."),
+            &["key", "model", "status"],
+        )
+        .expect("valid metric");
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new("sluice_request_duration_seconds", "Whole request time, first byte in to last byte out.")
+                .buckets(llm_buckets.clone()),
+            &["model"],
+        )
+        .expect("valid metric");
+        let overhead = Histogram::with_opts(
+            HistogramOpts::new("sluice_overhead_seconds", "Request time minus time spent waiting for the upstream.")
+                .buckets(overhead_buckets),
+        )
+        .expect("valid metric");
+        let upstream_ttfb = HistogramVec::new(
+            HistogramOpts::new("sluice_upstream_ttfb_seconds", "Time from sending a request upstream to its response header.")
+                .buckets(llm_buckets),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let in_flight = IntGaugeVec::new(
+            Opts::new("sluice_in_flight_requests", "Requests of a key being served now (streams count to their end)."),
+            &["key"],
+        )
+        .expect("valid metric");
+        let rejections = IntCounterVec::new(
+            Opts::new("sluice_rejections_total", "Gateway-made error answers, by key and error code."),
+            &["key", "code"],
+        )
+        .expect("valid metric");
+        let upstream_errors = IntCounterVec::new(
+            Opts::new("sluice_upstream_errors_total", "Failures talking to an upstream, by error code."),
+            &["upstream", "code"],
+        )
+        .expect("valid metric");
+        let config_reloads = IntCounterVec::new(
+            Opts::new("sluice_config_reloads_total", "Configuration loads after start, by result."),
+            &["result"],
+        )
+        .expect("valid metric");
+        let config_generation =
+            IntGauge::new("sluice_config_generation", "Generation of the catalog being served (1 at start).").expect("valid metric");
+        let config_last_success = IntGauge::new(
+            "sluice_config_last_success_timestamp_seconds",
+            "Unix time of the last configuration load that succeeded.",
+        )
+        .expect("valid metric");
+        let build_info = IntGaugeVec::new(Opts::new("sluice_build_info", "Always 1; the version label names the build."), &["version"])
+            .expect("valid metric");
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(request_duration.clone()),
+            Box::new(overhead.clone()),
+            Box::new(upstream_ttfb.clone()),
+            Box::new(in_flight.clone()),
+            Box::new(rejections.clone()),
+            Box::new(upstream_errors.clone()),
+            Box::new(config_reloads.clone()),
+            Box::new(config_generation.clone()),
+            Box::new(config_last_success.clone()),
+            Box::new(build_info),
+        ] {
+            registry.register(collector).expect("each series is registered once");
+        }
+        Metrics {
+            registry,
+            requests,
+            request_duration,
+            overhead,
+            upstream_ttfb,
+            in_flight,
+            rejections,
+            upstream_errors,
+            config_reloads,
+            config_generation,
+            config_last_success,
+        }
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

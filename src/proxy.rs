@@ -1,0 +1,394 @@
+//! The request path, top to bottom. Every pingora phase we use, and the step it runs:
+//!
+//! | pingora phase          | our step                                                        |
+//! |------------------------|-----------------------------------------------------------------|
+//! | `new_ctx`              | start the clock; empty [`RequestContext`]                       |
+//! | `early_request_filter` | client timeouts and keep-alive bounds                           |
+//! | `request_filter`       | [`Proxy::handle`]: host, route, key, limits, body, model,       |
+//! |                        | capabilities, then answer locally or [`forward`] upstream;      |
+//! |                        | always returns `Ok(true)`: the response is complete here         |
+//! | `upstream_peer`        | never reached (see `request_filter`)                            |
+//! | `fail_to_proxy`        | an unexpected error: JSON 500 if nothing was sent yet            |
+//! | `logging`              | access log line and metrics                                     |
+//!
+//! Chat completions are forwarded by hand (`forward.rs`) because the model is in the body and
+//! pingora's own replay of a pre-read body stops at 64 KiB. Resources a request holds (limit
+//! permits, the in-flight gauge) live in the context and are released when it drops, which
+//! happens after `logging`, or without it when a task is cancelled at shutdown.
+
+use crate::access_log::{millis, now_rfc3339, AccessRecord};
+use crate::auth::authenticate;
+use crate::catalog::{Catalog, Key};
+use crate::error::RequestError;
+use crate::forward::{forward, Exchange, ForwardError};
+use crate::gateway::Gateway;
+use crate::limits::{rate_headers, Admission, Permit, RateStatus};
+use crate::metrics::UNKNOWN;
+use crate::request_body::{check_media_type, inspect, with_model};
+use crate::respond::{error_response, LocalResponse};
+use crate::route::{route, Route};
+use crate::upstream::{request_header, upstream_path};
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorSource, ErrorType, Result};
+use prometheus::IntGauge;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The pingora application: one per gateway, sharing [`Gateway`].
+pub struct Proxy {
+    gateway: Arc<Gateway>,
+}
+
+impl Proxy {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Proxy { gateway }
+    }
+}
+
+/// Per-request state. Dropping it releases everything the request held.
+pub struct RequestContext {
+    started: Instant,
+    request_id: String,
+    catalog: Option<Arc<Catalog>>,
+    key: Option<Arc<Key>>,
+    /// The model ID as the client sent it (for the log), and the catalog ID once known.
+    model: Option<String>,
+    model_label: Option<String>,
+    upstream_name: Option<String>,
+    upstream_url: Option<String>,
+    stream: bool,
+    status: u16,
+    error: Option<RequestError>,
+    rate: Option<RateStatus>,
+    since_previous: Option<Duration>,
+    exchange: Exchange,
+    _permits: Vec<Permit>,
+    _in_flight: Option<InFlight>,
+}
+
+/// Counts a request in `sluice_in_flight_requests` while it lives.
+struct InFlight(IntGauge);
+
+impl InFlight {
+    fn new(gauge: IntGauge) -> Self {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// How a request ended before completing normally.
+enum Failure {
+    /// Answer with this error (if nothing was sent yet).
+    Answer(RequestError),
+    /// The response had started and was ended; drop the connection if `close`.
+    Ended { error: RequestError, close: bool },
+    /// The client is gone, or writing to it failed.
+    Abort(Box<Error>),
+}
+
+impl From<RequestError> for Failure {
+    fn from(error: RequestError) -> Self {
+        Failure::Answer(error)
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Proxy {
+    type CTX = RequestContext;
+
+    fn new_ctx(&self) -> RequestContext {
+        RequestContext {
+            started: Instant::now(),
+            request_id: String::new(),
+            catalog: None,
+            key: None,
+            model: None,
+            model_label: None,
+            upstream_name: None,
+            upstream_url: None,
+            stream: false,
+            status: 0,
+            error: None,
+            rate: None,
+            since_previous: None,
+            exchange: Exchange::default(),
+            _permits: Vec::new(),
+            _in_flight: None,
+        }
+    }
+
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestContext) -> Result<()> {
+        let timeout = self.gateway.catalog().client_timeout;
+        session.set_read_timeout(Some(timeout));
+        // A stalled reader must not hold its concurrency slot forever.
+        session.set_write_timeout(Some(timeout));
+        Ok(())
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<bool> {
+        match self.handle(session, ctx).await {
+            Ok(()) => Ok(true),
+            Err(Failure::Answer(error)) => {
+                self.answer(session, ctx, error_response(&error)).await?;
+                self.record_error(ctx, error);
+                Ok(true)
+            }
+            Err(Failure::Ended { error, close }) => {
+                self.record_error(ctx, error.clone());
+                if close {
+                    return Err(Error::explain(ErrorType::ConnectionClosed, "upstream failed after the response started"));
+                }
+                Ok(true)
+            }
+            Err(Failure::Abort(e)) => Err(e),
+        }
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestContext) -> Result<Box<HttpPeer>> {
+        // `request_filter` answers every request itself.
+        Error::e_explain(ErrorType::InternalError, "upstream_peer is not part of Sluice's request path")
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestContext) -> FailToProxy {
+        let client_gone = matches!(e.esource(), ErrorSource::Downstream)
+            || matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::WriteError | ErrorType::ReadError);
+        if session.response_written().is_none() && !client_gone {
+            log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
+            let error = RequestError::Internal;
+            let _ = self.answer(session, ctx, error_response(&error)).await;
+            self.record_error(ctx, error);
+        }
+        FailToProxy { error_code: ctx.status, can_reuse_downstream: false }
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestContext, _error: &Error) -> bool {
+        // Disconnects are normal for streaming clients; `logging` records every outcome.
+        true
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
+        self.log_request(session, e, ctx);
+    }
+}
+
+impl Proxy {
+    /// The decisions of DESIGN §1 in their order, then the answer.
+    async fn handle(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<(), Failure> {
+        let catalog = self.gateway.catalog();
+        ctx.catalog = Some(Arc::clone(&catalog));
+        let request = session.req_header();
+        ctx.request_id = crate::request_id::accept_or_generate(request.headers.get("x-request-id").map(|v| v.as_bytes()));
+
+        // 1. Host, then route.
+        let host = request_host(session);
+        if !catalog.host_allowed(&host) {
+            return Err(RequestError::UnknownRoute { repeated_prefix: false }.into());
+        }
+        let route = route(&request.method, request.uri.path())?;
+        // 2. Bearer key.
+        let key = authenticate(&catalog, request.headers.get("authorization").map(|v| v.as_bytes()))?;
+        ctx.key = Some(Arc::clone(&key));
+        // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
+        if self.gateway.is_draining() {
+            return Err(RequestError::Overloaded { retry_after: Duration::from_secs(1) }.into());
+        }
+        ctx._permits.push(self.gateway.limiter.admit_gateway(catalog.max_concurrent)?);
+        match self.gateway.limiter.admit(&key) {
+            Admission::Allowed { permit, rate, since_previous } => {
+                ctx._permits.push(permit);
+                (ctx.rate, ctx.since_previous) = (rate, since_previous);
+            }
+            Admission::Denied { error, rate, since_previous } => {
+                (ctx.rate, ctx.since_previous) = (rate, since_previous);
+                return Err(error.into());
+            }
+        }
+        ctx._in_flight = Some(InFlight::new(self.gateway.metrics.in_flight.with_label_values(&[&key.name])));
+
+        match route {
+            Route::ListModels => {
+                let list = catalog.render_list(&key);
+                self.answer(session, ctx, LocalResponse::json(200, list)).await.map_err(Failure::Abort)
+            }
+            Route::GetModel(id) => {
+                ctx.model = Some(id.clone());
+                let model = catalog.model_for(&key, &id).ok_or(RequestError::ModelNotFound { model: id })?;
+                ctx.model_label = Some(model.id.clone());
+                let entry = model.entry_json.clone();
+                self.answer(session, ctx, LocalResponse::json(200, entry)).await.map_err(Failure::Abort)
+            }
+            Route::ChatCompletions => self.chat_completion(session, ctx, &catalog, &key).await,
+        }
+    }
+
+    /// Steps 4-7 for `POST /v1/chat/completions`.
+    async fn chat_completion(&self, session: &mut Session, ctx: &mut RequestContext, catalog: &Catalog, key: &Key) -> Result<(), Failure> {
+        // 4. Body: size, media type, JSON, shape.
+        check_declared_length(session, catalog.max_body_bytes)?;
+        check_media_type(session.req_header().headers.get("content-type").map(|v| v.as_bytes()))?;
+        let body = read_body(session, catalog.max_body_bytes).await?;
+        let request = inspect(&body)?;
+        ctx.model = Some(request.model.clone());
+        ctx.stream = request.stream;
+        // 5. The model, in this key's view.
+        let model = catalog.model_for(key, &request.model).ok_or(RequestError::ModelNotFound { model: request.model.clone() })?;
+        ctx.model_label = Some(model.id.clone());
+        // 6. Capabilities.
+        if request.stream && !model.streaming {
+            return Err(RequestError::CapabilityNotSupported { param: "stream", model: model.id.clone(), capability: "streaming" }.into());
+        }
+        if request.uses_tools && !model.tool_calling {
+            return Err(RequestError::CapabilityNotSupported { param: "tools", model: model.id.clone(), capability: "tool calling" }.into());
+        }
+        // 7. Upstream.
+        let target = &model.targets[0];
+        let upstream = &target.upstream;
+        let body = match &target.upstream_model {
+            Some(name) => with_model(&body, &request, name),
+            None => body,
+        };
+        let path = upstream_path(upstream, "/chat/completions", session.req_header().uri.query());
+        ctx.upstream_name = Some(upstream.name.clone());
+        ctx.upstream_url = Some(format!("{}{}", upstream.origin, upstream_path(upstream, "/chat/completions", None)));
+        let header = request_header(session.req_header(), upstream, &path, &ctx.request_id, body.len()).map_err(|e| {
+            log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "cannot build the upstream request");
+            RequestError::Internal
+        })?;
+        let result = forward(session, &self.gateway, upstream, header, body, ctx.started, &ctx.request_id, &mut ctx.exchange).await;
+        if let Some(status) = ctx.exchange.status {
+            ctx.status = status;
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(ForwardError::BeforeResponse(error)) => {
+                self.gateway.metrics.upstream_errors.with_label_values(&[&upstream.name, error.code()]).inc();
+                Err(Failure::Answer(error))
+            }
+            Err(ForwardError::AfterResponse { error, close }) => {
+                self.gateway.metrics.upstream_errors.with_label_values(&[&upstream.name, error.code()]).inc();
+                Err(Failure::Ended { error, close })
+            }
+            Err(ForwardError::ClientGone(e)) => Err(Failure::Abort(e)),
+        }
+    }
+
+    /// Writes a complete local response with the gateway's headers.
+    async fn answer(&self, session: &mut Session, ctx: &mut RequestContext, response: LocalResponse) -> Result<()> {
+        let mut header = ResponseHeader::build(response.status, Some(response.headers.len() + 6))?;
+        for (name, value) in &response.headers {
+            header.insert_header(*name, value.as_str())?;
+        }
+        header.insert_header("content-length", response.body.len().to_string())?;
+        header.insert_header("x-request-id", ctx.request_id.as_str())?;
+        if let Some(rate) = &ctx.rate {
+            for (name, value) in rate_headers(rate) {
+                header.insert_header(name, value)?;
+            }
+        }
+        if !session.is_body_done() {
+            // An unread request body would be taken for the next request: close instead.
+            session.set_keepalive(None);
+        }
+        ctx.status = response.status;
+        ctx.exchange.bytes_out += response.body.len();
+        session.write_response_header(Box::new(header), false).await?;
+        session.write_response_body(Some(response.body), true).await
+    }
+
+    fn record_error(&self, ctx: &mut RequestContext, error: RequestError) {
+        let key = ctx.key.as_ref().map_or(UNKNOWN, |k| k.name.as_str());
+        self.gateway.metrics.rejections.with_label_values(&[key, error.code()]).inc();
+        ctx.error = Some(error);
+    }
+
+    fn log_request(&self, session: &Session, e: Option<&Error>, ctx: &RequestContext) {
+        let duration = ctx.started.elapsed();
+        let request = session.req_header();
+        let key = ctx.key.as_ref().map(|k| k.name.as_str());
+        let model_label = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
+        let client_gone = e.is_some() && ctx.error.is_none();
+        let status = if ctx.status == 0 { 499 } else { ctx.status };
+        let metrics = &self.gateway.metrics;
+        metrics.requests.with_label_values(&[key.unwrap_or(UNKNOWN), model_label, &status.to_string()]).inc();
+        metrics.request_duration.with_label_values(&[model_label]).observe(duration.as_secs_f64());
+        metrics.overhead.observe(duration.saturating_sub(ctx.exchange.upstream_wait).as_secs_f64());
+
+        let host = request_host(session);
+        let error_code = ctx.error.as_ref().map(RequestError::code).or(client_gone.then_some("client_disconnected"));
+        let record = AccessRecord {
+            ts: now_rfc3339(),
+            environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
+            request_id: &ctx.request_id,
+            method: request.method.as_str(),
+            path: request.uri.path(),
+            host: &host,
+            key,
+            model: ctx.model.as_deref(),
+            upstream: ctx.upstream_name.as_deref(),
+            upstream_url: ctx.upstream_url.as_deref(),
+            status,
+            stream: ctx.stream,
+            duration_ms: millis(duration),
+            upstream_ms: ctx.exchange.ttfb.map(|_| millis(ctx.exchange.upstream_wait)),
+            ttfb_ms: ctx.exchange.ttfb.map(millis),
+            bytes_out: ctx.exchange.bytes_out,
+            error_code,
+            error_message: ctx.error.as_ref().map(RequestError::message),
+            retry_after_ms: ctx.error.as_ref().and_then(RequestError::retry_after).map(|d| d.as_millis() as u64),
+            since_previous_ms: if status == 429 { ctx.since_previous.map(millis) } else { None },
+        };
+        self.gateway.access_log.write(&record);
+    }
+}
+
+/// The Host a request names (HTTP/1 header, or the authority of an HTTP/2 request).
+fn request_host(session: &Session) -> String {
+    let request = session.req_header();
+    request
+        .headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri.authority().map(|a| a.as_str()))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
+fn check_declared_length(session: &Session, limit: usize) -> Result<(), RequestError> {
+    let declared = session.req_header().headers.get("content-length").and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    match declared {
+        Some(length) if length > limit => Err(RequestError::RequestTooLarge { limit_bytes: limit }),
+        _ => Ok(()),
+    }
+}
+
+/// Reads the whole request body, refusing it past `limit` bytes. Answers
+/// `Expect: 100-continue` first: by now the request is known to be acceptable so far.
+async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Failure> {
+    let expects_continue = session
+        .req_header()
+        .headers
+        .get("expect")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        session.as_downstream_mut().write_continue_response().await.map_err(Failure::Abort)?;
+    }
+    let mut body = BytesMut::new();
+    while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {
+        if body.len() + chunk.len() > limit {
+            return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}

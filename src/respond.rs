@@ -1,0 +1,99 @@
+//! Answers the gateway writes itself: the error envelope and local JSON responses, built as
+//! plain data so they can be checked without a server.
+
+use crate::error::RequestError;
+use bytes::Bytes;
+use std::time::Duration;
+
+/// A complete response made by the gateway (not proxied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalResponse {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Bytes,
+}
+
+impl LocalResponse {
+    /// `200` (or another status) with a JSON body.
+    pub fn json(status: u16, body: Bytes) -> Self {
+        LocalResponse { status, headers: vec![("content-type", "application/json".into())], body }
+    }
+}
+
+/// The OpenAI error envelope; `param` is JSON `null` when absent.
+pub fn envelope(error: &RequestError) -> Bytes {
+    let body = serde_json::json!({
+        "error": {
+            "message": error.message(),
+            "type": error.error_type(),
+            "param": error.param(),
+            "code": error.code(),
+        }
+    });
+    Bytes::from(body.to_string())
+}
+
+/// The full answer to a gateway-made error, headers included.
+pub fn error_response(error: &RequestError) -> LocalResponse {
+    let mut response = LocalResponse::json(error.status(), envelope(error));
+    if error.status() == 401 {
+        response.headers.push(("www-authenticate", "Bearer".into()));
+    }
+    if let Some(wait) = error.retry_after() {
+        response.headers.extend(retry_after_headers(wait));
+    }
+    if error.status() == 500 {
+        // The spec: a repeated 500 with the same payload is persistent; tell SDKs not to loop.
+        response.headers.push(("x-should-retry", "false".into()));
+    }
+    response
+}
+
+/// `Retry-After` in whole seconds (rounded up, at least 1) and `retry-after-ms`.
+pub fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
+    let millis = wait.as_millis().max(1);
+    let seconds = millis.div_ceil(1000).max(1);
+    [("retry-after", seconds.to_string()), ("retry-after-ms", millis.to_string())]
+}
+
+/// The SSE event that ends a stream the gateway had to cut, so no client mistakes it for a
+/// finished one. Starts with a blank line in case the upstream stopped mid-event.
+pub fn stream_error_event(error: &RequestError) -> Bytes {
+    let mut event = Vec::with_capacity(256);
+    event.extend_from_slice(b"\n\ndata: ");
+    event.extend_from_slice(&envelope(error));
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_has_json_null_param() {
+        let body: serde_json::Value = serde_json::from_slice(&envelope(&RequestError::MissingApiKey)).unwrap();
+        assert!(body["error"]["param"].is_null(), "param is JSON null: {body}");
+        assert_eq!(body["error"]["code"], "missing_api_key");
+        assert_eq!(body["error"]["type"], "authentication_error");
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_headers(Duration::from_millis(1)), [("retry-after", "1".into()), ("retry-after-ms", "1".into())]);
+        assert_eq!(retry_after_headers(Duration::from_millis(1001))[0].1, "2");
+        assert_eq!(retry_after_headers(Duration::from_millis(3000))[0].1, "3");
+        assert_eq!(retry_after_headers(Duration::ZERO)[0].1, "1");
+    }
+
+    #[test]
+    fn errors_carry_their_headers() {
+        let unauthorized = error_response(&RequestError::InvalidApiKey);
+        assert!(unauthorized.headers.contains(&("www-authenticate", "Bearer".into())));
+        let internal = error_response(&RequestError::Internal);
+        assert!(internal.headers.contains(&("x-should-retry", "false".into())));
+        let limited = error_response(&RequestError::RateLimited { retry_after: Duration::from_millis(2500) });
+        assert!(limited.headers.contains(&("retry-after", "3".into())));
+        assert!(limited.headers.contains(&("retry-after-ms", "2500".into())));
+    }
+}

@@ -1,0 +1,95 @@
+//! Listeners: our own accept loops, handing each connection to a pingora application.
+//!
+//! Binding here (rather than in pingora's `Server`) lets a listener take port 0 and report
+//! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
+//! shutdown wait for requests in flight instead of sleeping a fixed grace period.
+
+use pingora::apps::ServerApp;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::server::ShutdownWatch;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Binds `addr` and serves `app` on it until `shutdown` turns true.
+pub async fn listen<A>(addr: SocketAddr, app: Arc<A>, shutdown: ShutdownWatch) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(accept_loop(listener, app, shutdown));
+    Ok((bound, task))
+}
+
+async fn accept_loop<A>(listener: TcpListener, app: Arc<A>, mut shutdown: ShutdownWatch)
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        match accepted {
+            Ok((tcp, _peer)) => {
+                // Nagle against delayed ACK stalls small responses by ~40 ms.
+                let _ = tcp.set_nodelay(true);
+                let stream: pingora::protocols::Stream = Box::new(L4Stream::from(tcp));
+                let app = Arc::clone(&app);
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    let mut next = app.process_new(stream, &shutdown).await;
+                    while let Some(stream) = next {
+                        next = app.process_new(stream, &shutdown).await;
+                    }
+                });
+            }
+            Err(e) => {
+                // Usually out of file descriptors: back off briefly instead of spinning.
+                log::warn!(target: "sluice::server", "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A started gateway: its bound addresses and the handle to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub echo_addr: Option<SocketAddr>,
+    pub gateway: Arc<crate::gateway::Gateway>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+/// Binds every listener of `config` and starts serving with `gateway`.
+pub async fn start(config: &crate::config::Config, gateway: Arc<crate::gateway::Gateway>) -> std::io::Result<Running> {
+    let (shutdown, watch) = tokio::sync::watch::channel(false);
+    let echo_addr = match config.echo_upstream {
+        Some(addr) => {
+            let echo = Arc::new(crate::echo::Echo { word_delay: Duration::from_millis(20) });
+            Some(listen(addr, echo, watch.clone()).await?.0)
+        }
+        None => None,
+    };
+    let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
+    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, crate::proxy::Proxy::new(Arc::clone(&gateway))));
+    let (addr, _) = listen(config.listen, proxy, watch.clone()).await?;
+    let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
+    let (admin_addr, _) = listen(config.admin_listen, admin, watch).await?;
+    Ok(Running { addr, admin_addr, echo_addr, gateway, shutdown })
+}
+
+impl Running {
+    /// Graceful stop: refuse new requests, stop accepting, let requests in flight finish
+    /// for up to `grace`. Returns how many were still in flight when it gave up.
+    pub async fn shutdown(&self, grace: Duration) -> u32 {
+        self.gateway.start_draining();
+        let _ = self.shutdown.send(true);
+        let _ = tokio::time::timeout(grace, self.gateway.limiter.wait_idle()).await;
+        self.gateway.limiter.gateway_in_flight()
+    }
+}
