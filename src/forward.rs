@@ -52,17 +52,21 @@ enum Attempt {
     ClientGone(Box<Error>),
 }
 
-/// Sends `header` + `body` to `upstream` and relays the answer to the client.
-pub async fn forward(
-    session: &mut Session,
-    gateway: &Gateway,
-    upstream: &Upstream,
-    header: RequestHeader,
-    body: Bytes,
-    request_started: Instant,
-    request_id: &str,
-    exchange: &mut Exchange,
-) -> Result<(), ForwardError> {
+/// One request to send upstream.
+pub struct Call<'a> {
+    pub upstream: &'a Upstream,
+    pub header: RequestHeader,
+    pub body: Bytes,
+    /// When the client's request arrived (for `server-timing`).
+    pub request_started: Instant,
+    pub request_id: &'a str,
+    /// Gateway headers added to the response (the key's rate-limit position).
+    pub extra_headers: Vec<(&'static str, String)>,
+}
+
+/// Sends the call upstream and relays the answer to the client.
+pub async fn forward(session: &mut Session, gateway: &Gateway, call: Call<'_>, exchange: &mut Exchange) -> Result<(), ForwardError> {
+    let Call { upstream, header, body, request_started, request_id, extra_headers } = call;
     let peer = &upstream.peer;
     let sent_at = Instant::now();
     let (mut connection, response) = match attempt(session, gateway, upstream, &header, &body, false).await {
@@ -92,6 +96,9 @@ pub async fn forward(
     })?;
     if response.status.as_u16() == 500 {
         to_client.insert_header("x-should-retry", "false").ok();
+    }
+    for (name, value) in extra_headers {
+        to_client.insert_header(name, value).ok();
     }
     exchange.event_stream = is_event_stream(&to_client);
     session.write_response_header(Box::new(to_client), false).await.map_err(ForwardError::ClientGone)?;

@@ -128,7 +128,7 @@ async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Re
         target: "sluice",
         listen:% = running.addr,
         admin_listen:% = running.admin_addr,
-        echo_upstream:? = running.echo_addr;
+        echo_upstream:% = running.echo_addr.map_or("none".to_string(), |a| a.to_string());
         "listening"
     );
     let mut terminate = signal(SignalKind::terminate())?;

@@ -20,7 +20,7 @@ use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
-use crate::forward::{forward, Exchange, ForwardError};
+use crate::forward::{forward, Call, Exchange, ForwardError};
 use crate::gateway::Gateway;
 use crate::limits::{rate_headers, Admission, Permit, RateStatus};
 use crate::metrics::UNKNOWN;
@@ -264,7 +264,15 @@ impl Proxy {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "cannot build the upstream request");
             RequestError::Internal
         })?;
-        let result = forward(session, &self.gateway, upstream, header, body, ctx.started, &ctx.request_id, &mut ctx.exchange).await;
+        let call = Call {
+            upstream,
+            header,
+            body,
+            request_started: ctx.started,
+            request_id: &ctx.request_id,
+            extra_headers: ctx.rate.as_ref().map(|r| rate_headers(r).to_vec()).unwrap_or_default(),
+        };
+        let result = forward(session, &self.gateway, call, &mut ctx.exchange).await;
         if let Some(status) = ctx.exchange.status {
             ctx.status = status;
         }

@@ -1,0 +1,176 @@
+//! A real gateway, in-process, on ephemeral ports, with its access log captured and its
+//! rate limiter on a clock the test moves.
+
+use sluice::access_log::AccessLog;
+use sluice::catalog::Catalog;
+use sluice::gateway::Gateway;
+use sluice::limits::Clock;
+use sluice::secret::KeyHash;
+use sluice::server::{start, Running};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Client keys of the standard test catalog.
+pub const ALPHA: &str = "sk-test-alpha-0123456789";
+pub const BETA: &str = "sk-test-beta-0123456789";
+pub const DISABLED: &str = "sk-test-disabled-0123456789";
+/// The credential the gateway sends upstream (from `TEST_UPSTREAM_KEY`).
+pub const UPSTREAM_SECRET: &str = "upstream-secret-value-42";
+
+pub fn key_hash(key: &str) -> String {
+    KeyHash::of(key.as_bytes()).to_hex()
+}
+
+/// The standard catalog: models with and without capabilities, a renamed one, a key that
+/// sees everything, one that sees `public-*`, a disabled one. `extra` is appended at the top.
+pub fn config_with(upstream_url: &str, extra: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+environment: test
+{extra}
+upstreams:
+  - name: mock
+    url: {upstream_url}
+    api_key_env: TEST_UPSTREAM_KEY
+    connect_timeout: 1s
+    first_byte_timeout: 2s
+    idle_timeout: 1s
+models:
+  - id: chat-model
+    upstream: mock
+    capabilities: [streaming, tool_calling]
+  - id: plain-model
+    upstream: mock
+  - id: renamed
+    upstream: mock
+    upstream_model: org/real-name
+    capabilities: [streaming]
+  - id: public-one
+    upstream: mock
+    capabilities: [streaming]
+keys:
+  - name: alpha
+    sha256: {alpha}
+  - name: beta
+    sha256: {beta}
+    models: ["public-*"]
+  - name: disabled
+    sha256: {disabled}
+    enabled: false
+"#,
+        alpha = key_hash(ALPHA),
+        beta = key_hash(BETA),
+        disabled = key_hash(DISABLED),
+    )
+}
+
+pub fn config(upstream_url: &str) -> String {
+    config_with(upstream_url, "")
+}
+
+/// A clock the test moves by hand.
+#[derive(Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        // Start far from zero, like a real monotonic clock.
+        Duration::from_secs(1_000) + Duration::from_micros(self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// Captured access log lines, with a wake-up for each write.
+#[derive(Clone, Default)]
+pub struct SharedLog {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    written: Arc<Notify>,
+}
+
+impl Write for SharedLog {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.bytes.lock().unwrap().extend_from_slice(data);
+        self.written.notify_waiters();
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedLog {
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        let bytes = self.bytes.lock().unwrap();
+        String::from_utf8_lossy(&bytes).lines().map(|l| serde_json::from_str(l).expect("access log lines are JSON")).collect()
+    }
+}
+
+pub struct TestGateway {
+    pub running: Running,
+    pub log: SharedLog,
+    pub clock: Arc<ManualClock>,
+}
+
+impl TestGateway {
+    pub async fn start(yaml: &str) -> TestGateway {
+        let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
+        let config = sluice::config::parse("test.yaml", yaml, None, &env).unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
+        let catalog = Catalog::build(&config, 1).expect("catalog builds");
+        let log = SharedLog::default();
+        let clock = Arc::new(ManualClock::default());
+        let gateway = Arc::new(Gateway::new(catalog, clock.clone(), AccessLog::new(Box::new(log.clone()))));
+        let running = start(&config, gateway).await.expect("gateway starts");
+        TestGateway { running, log, clock }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.running.addr
+    }
+
+    pub fn admin(&self) -> SocketAddr {
+        self.running.admin_addr
+    }
+
+    pub fn gateway(&self) -> &Gateway {
+        &self.running.gateway
+    }
+
+    /// Waits until the access log has at least `count` lines, then returns them all.
+    pub async fn log_lines(&self, count: usize) -> Vec<serde_json::Value> {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let written = self.log.written.notified();
+                tokio::pin!(written);
+                written.as_mut().enable();
+                let lines = self.log.lines();
+                if lines.len() >= count {
+                    return lines;
+                }
+                written.await;
+            }
+        })
+        .await;
+        waited.unwrap_or_else(|_| panic!("expected {count} access log lines, have {:?}", self.log.lines()))
+    }
+
+    /// The value of one metric sample, e.g. `sluice_requests_total{key="alpha",...}`.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = String::from_utf8(self.gateway().metrics.render()).unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.rsplit_once(' ').filter(|(name, _)| *name == series).map(|(_, v)| v.parse().unwrap()))
+            .unwrap_or(0.0)
+    }
+}

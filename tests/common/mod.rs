@@ -1,0 +1,12 @@
+//! Shared test fixtures: a mock upstream that speaks HTTP/1.1 (JSON and SSE, delays,
+//! failures, a record of what it got), a raw HTTP client, and a gateway started in-process
+//! on ephemeral ports.
+#![allow(dead_code)]
+
+pub mod client;
+pub mod gateway;
+pub mod mock;
+
+pub use client::*;
+pub use gateway::*;
+pub use mock::*;
