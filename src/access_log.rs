@@ -42,7 +42,9 @@ pub struct AccessLog {
 
 impl AccessLog {
     pub fn new(out: Box<dyn Write + Send>) -> Self {
-        AccessLog { out: Mutex::new(out) }
+        AccessLog {
+            out: Mutex::new(out),
+        }
     }
 
     pub fn stdout() -> Self {
@@ -51,7 +53,9 @@ impl AccessLog {
 
     /// Writes one record as one line. A failed write is dropped: logging never fails a request.
     pub fn write(&self, record: &AccessRecord) {
-        let Ok(mut line) = serde_json::to_vec(record) else { return };
+        let Ok(mut line) = serde_json::to_vec(record) else {
+            return;
+        };
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         let _ = out.write_all(&line);
@@ -66,7 +70,9 @@ pub fn millis(duration: std::time::Duration) -> f64 {
 
 /// The current time as RFC 3339 UTC with milliseconds, e.g. `2026-11-25T23:18:06.123Z`.
 pub fn now_rfc3339() -> String {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     rfc3339(since_epoch.as_millis() as i64)
 }
 

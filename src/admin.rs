@@ -21,18 +21,32 @@ impl Admin {
     /// Status, content type and body for an admin request.
     fn answer(&self, method: &str, path: &str) -> (u16, &'static str, Bytes) {
         match (method, path) {
-            ("GET", "/metrics") => (200, "text/plain; version=0.0.4", Bytes::from(self.gateway.metrics.render())),
+            ("GET", "/metrics") => (
+                200,
+                "text/plain; version=0.0.4",
+                Bytes::from(self.gateway.metrics.render()),
+            ),
             ("GET", "/healthz") => (200, "text/plain", Bytes::from_static(b"ok\n")),
-            ("GET", "/readyz") if self.gateway.is_draining() => (503, "text/plain", Bytes::from_static(b"draining\n")),
+            ("GET", "/readyz") if self.gateway.is_draining() => {
+                (503, "text/plain", Bytes::from_static(b"draining\n"))
+            }
             ("GET", "/readyz") => (200, "text/plain", Bytes::from_static(b"ready\n")),
-            _ => (404, "text/plain", Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n")),
+            _ => (
+                404,
+                "text/plain",
+                Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n"),
+            ),
         }
     }
 }
 
 #[async_trait]
 impl HttpServerApp for Admin {
-    async fn process_new_http(self: &Arc<Self>, mut session: ServerSession, _shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        _shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
         if !session.read_request().await.ok()? {
             return None;
         }
@@ -42,15 +56,27 @@ impl HttpServerApp for Admin {
         };
         write_simple(&mut session, status, content_type, body).await?;
         let settings = HttpPersistentSettings::for_session(&session);
-        session.finish().await.ok().flatten().map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
+        session
+            .finish()
+            .await
+            .ok()
+            .flatten()
+            .map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
     }
 }
 
 /// Writes a whole small response; `None` when the client is gone.
-pub async fn write_simple(session: &mut ServerSession, status: u16, content_type: &str, body: Bytes) -> Option<()> {
+pub async fn write_simple(
+    session: &mut ServerSession,
+    status: u16,
+    content_type: &str,
+    body: Bytes,
+) -> Option<()> {
     let mut header = ResponseHeader::build(status, Some(2)).ok()?;
     header.insert_header("content-type", content_type).ok()?;
-    header.insert_header("content-length", body.len().to_string()).ok()?;
+    header
+        .insert_header("content-length", body.len().to_string())
+        .ok()?;
     session.write_response_header(Box::new(header)).await.ok()?;
     session.write_response_body(body, true).await.ok()
 }

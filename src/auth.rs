@@ -9,8 +9,13 @@ use crate::secret::KeyHash;
 use std::sync::Arc;
 
 /// The key a request authenticates as, from its `Authorization` header value.
-pub fn authenticate(catalog: &Catalog, authorization: Option<&[u8]>) -> Result<Arc<Key>, RequestError> {
-    let token = authorization.and_then(bearer_token).ok_or(RequestError::MissingApiKey)?;
+pub fn authenticate(
+    catalog: &Catalog,
+    authorization: Option<&[u8]>,
+) -> Result<Arc<Key>, RequestError> {
+    let token = authorization
+        .and_then(bearer_token)
+        .ok_or(RequestError::MissingApiKey)?;
     match catalog.key(&KeyHash::of(token)) {
         Some(key) if key.enabled => Ok(Arc::clone(key)),
         _ => Err(RequestError::InvalidApiKey),

@@ -63,7 +63,9 @@ impl Key {
     pub fn may_use(&self, model_id: &str) -> bool {
         match &self.patterns {
             None => true,
-            Some(patterns) => patterns.iter().any(|p| glob_matches(p.as_bytes(), model_id.as_bytes())),
+            Some(patterns) => patterns
+                .iter()
+                .any(|p| glob_matches(p.as_bytes(), model_id.as_bytes())),
         }
     }
 }
@@ -93,13 +95,17 @@ impl Catalog {
         for (i, upstream) in config.upstreams.iter().enumerate() {
             match build_upstream(upstream) {
                 Ok(u) => upstreams.push(Arc::new(u)),
-                Err(message) => errors.push(ConfigError { path: format!("upstreams[{i}].url"), message }),
+                Err(message) => errors.push(ConfigError {
+                    path: format!("upstreams[{i}].url"),
+                    message,
+                }),
             }
         }
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let by_name: HashMap<&str, &Arc<Upstream>> = upstreams.iter().map(|u| (u.name.as_str(), u)).collect();
+        let by_name: HashMap<&str, &Arc<Upstream>> =
+            upstreams.iter().map(|u| (u.name.as_str(), u)).collect();
         let models: Vec<Arc<Model>> = config
             .models
             .iter()
@@ -130,8 +136,16 @@ impl Catalog {
                 })
             })
             .collect();
-        let model_index = models.iter().enumerate().map(|(i, m)| (m.id.clone(), i)).collect();
-        let keys = config.keys.iter().map(|k| (k.hash, Arc::new(build_key(k)))).collect();
+        let model_index = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.clone(), i))
+            .collect();
+        let keys = config
+            .keys
+            .iter()
+            .map(|k| (k.hash, Arc::new(build_key(k))))
+            .collect();
         Ok(Catalog {
             generation,
             environment: config.environment.clone(),
@@ -185,15 +199,24 @@ impl Catalog {
             return true;
         }
         let name = strip_port(host).to_ascii_lowercase();
-        self.hosts.iter().any(|h| *h == name)
+        self.hosts.contains(&name)
     }
 }
 
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
-        return host.split(']').next().map_or(host, |h| &host[..h.len() + 1]);
+        return host
+            .split(']')
+            .next()
+            .map_or(host, |h| &host[..h.len() + 1]);
     }
-    host.rsplit_once(':').map_or(host, |(name, port)| if port.chars().all(|c| c.is_ascii_digit()) { name } else { host })
+    host.rsplit_once(':').map_or(host, |(name, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            name
+        } else {
+            host
+        }
+    })
 }
 
 fn build_key(key: &KeyConfig) -> Key {
@@ -210,7 +233,12 @@ fn build_key(key: &KeyConfig) -> Key {
 fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
     let url = &config.url;
     let tls = url.scheme_str() == Some("https");
-    let host = url.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = url
+        .host()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let addr: SocketAddr = (host.as_str(), port)
         .to_socket_addrs()
@@ -222,7 +250,10 @@ fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
     peer.options.total_connection_timeout = Some(config.connect_timeout);
     peer.options.write_timeout = Some(config.first_byte_timeout);
     peer.options.idle_timeout = Some(Duration::from_secs(60));
-    let authority = url.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+    let authority = url
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default();
     Ok(Upstream {
         name: config.name.clone(),
         peer,
@@ -276,7 +307,11 @@ mod tests {
             ("exact", "exactly", false),
         ];
         for (pattern, text, expected) in cases {
-            assert_eq!(glob_matches(pattern.as_bytes(), text.as_bytes()), expected, "{pattern} vs {text}");
+            assert_eq!(
+                glob_matches(pattern.as_bytes(), text.as_bytes()),
+                expected,
+                "{pattern} vs {text}"
+            );
         }
     }
 

@@ -195,8 +195,15 @@ struct Errors {
 impl Errors {
     fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         let path = path.into();
-        let path = if path.is_empty() { self.file.clone() } else { format!("{}: {path}", self.file) };
-        self.list.push(ConfigError { path, message: message.into() });
+        let path = if path.is_empty() {
+            self.file.clone()
+        } else {
+            format!("{}: {path}", self.file)
+        };
+        self.list.push(ConfigError {
+            path,
+            message: message.into(),
+        });
     }
 
     /// Parses one list item on its own, recording its error under `path`.
@@ -205,7 +212,11 @@ impl Errors {
             Ok(item) => Some(item),
             Err(error) => {
                 let inner = error.path().to_string();
-                let full = if inner == "." { path.to_string() } else { format!("{path}.{inner}") };
+                let full = if inner == "." {
+                    path.to_string()
+                } else {
+                    format!("{path}.{inner}")
+                };
                 self.push(full, error.into_inner().to_string());
                 None
             }
@@ -217,17 +228,26 @@ impl Errors {
 pub fn load_files(path: &Path) -> Result<Config, ConfigErrors> {
     let read = |p: &Path| {
         std::fs::read_to_string(p).map_err(|e| {
-            ConfigErrors(vec![ConfigError { path: p.display().to_string(), message: format!("cannot read: {e}") }])
+            ConfigErrors(vec![ConfigError {
+                path: p.display().to_string(),
+                message: format!("cannot read: {e}"),
+            }])
         })
     };
     let text = read(path)?;
-    let keys_file = keys_file_of(&text).map(|name| path.parent().unwrap_or(Path::new(".")).join(name));
+    let keys_file =
+        keys_file_of(&text).map(|name| path.parent().unwrap_or(Path::new(".")).join(name));
     let keys_text = match &keys_file {
         Some(keys_path) => Some((keys_path.display().to_string(), read(keys_path)?)),
         None => None,
     };
     let env = |name: &str| std::env::var(name).ok();
-    let mut config = parse(&path.display().to_string(), &text, keys_text.as_ref().map(|(p, t)| (p.as_str(), t.as_str())), &env)?;
+    let mut config = parse(
+        &path.display().to_string(),
+        &text,
+        keys_text.as_ref().map(|(p, t)| (p.as_str(), t.as_str())),
+        &env,
+    )?;
     config.keys_file = keys_file;
     Ok(config)
 }
@@ -246,28 +266,49 @@ pub fn parse(
     keys: Option<(&str, &str)>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
-    let mut errors = Errors { file: file.to_string(), list: Vec::new() };
-    let raw: RawConfig = match serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text)) {
-        Ok(raw) => raw,
-        Err(error) => {
-            let path = error.path().to_string();
-            errors.push(if path == "." { String::new() } else { path }, error.into_inner().to_string());
-            return Err(ConfigErrors(errors.list));
-        }
+    let mut errors = Errors {
+        file: file.to_string(),
+        list: Vec::new(),
     };
+    let raw: RawConfig =
+        match serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text)) {
+            Ok(raw) => raw,
+            Err(error) => {
+                let path = error.path().to_string();
+                errors.push(
+                    if path == "." { String::new() } else { path },
+                    error.into_inner().to_string(),
+                );
+                return Err(ConfigErrors(errors.list));
+            }
+        };
 
-    let listen = socket_addr(&mut errors, "listen", raw.listen.as_deref().unwrap_or("0.0.0.0:8080"));
-    let admin_listen = socket_addr(&mut errors, "admin_listen", raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"));
+    let listen = socket_addr(
+        &mut errors,
+        "listen",
+        raw.listen.as_deref().unwrap_or("0.0.0.0:8080"),
+    );
+    let admin_listen = socket_addr(
+        &mut errors,
+        "admin_listen",
+        raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+    );
     if let (Some(client), Some(admin)) = (listen, admin_listen) {
         if client == admin && client.port() != 0 {
-            errors.push("admin_listen", "must differ from `listen`: the admin listener is never the client port");
+            errors.push(
+                "admin_listen",
+                "must differ from `listen`: the admin listener is never the client port",
+            );
         }
     }
     let max_body_bytes = match raw.max_body_bytes {
         None => 8 << 20,
         Some(RawSize::Bytes(n)) => n as usize,
         Some(RawSize::Text(text)) => parse_size(&text).unwrap_or_else(|| {
-            errors.push("max_body_bytes", format!("'{text}' is not a size (examples: 8MiB, 512KiB, 1048576)"));
+            errors.push(
+                "max_body_bytes",
+                format!("'{text}' is not a size (examples: 8MiB, 512KiB, 1048576)"),
+            );
             0
         }),
     };
@@ -275,21 +316,38 @@ pub fn parse(
         errors.push("max_body_bytes", "must be greater than zero");
     }
     let hosts = raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-    let threads = raw.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let threads = raw
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     if threads == 0 {
         errors.push("threads", "must be at least 1");
     }
     let max_concurrent = nonzero(&mut errors, "max_concurrent", raw.max_concurrent);
-    let shutdown_grace = duration(&mut errors, "shutdown_grace", raw.shutdown_grace.as_deref(), Duration::from_secs(30));
-    let client_timeout = duration(&mut errors, "client_timeout", raw.client_timeout.as_deref(), Duration::from_secs(60));
+    let shutdown_grace = duration(
+        &mut errors,
+        "shutdown_grace",
+        raw.shutdown_grace.as_deref(),
+        Duration::from_secs(30),
+    );
+    let client_timeout = duration(
+        &mut errors,
+        "client_timeout",
+        raw.client_timeout.as_deref(),
+        Duration::from_secs(60),
+    );
     let log_level = match raw.log_level.as_deref().unwrap_or("info").parse() {
         Ok(level) => level,
         Err(_) => {
-            errors.push("log_level", "must be one of off, error, warn, info, debug, trace");
+            errors.push(
+                "log_level",
+                "must be one of off, error, warn, info, debug, trace",
+            );
             log::LevelFilter::Info
         }
     };
-    let echo_upstream = raw.echo_upstream.and_then(|echo| socket_addr(&mut errors, "echo_upstream.listen", &echo.listen));
+    let echo_upstream = raw
+        .echo_upstream
+        .and_then(|echo| socket_addr(&mut errors, "echo_upstream.listen", &echo.listen));
 
     let upstreams: Vec<UpstreamConfig> = raw
         .upstreams
@@ -301,7 +359,12 @@ pub fn parse(
             upstream(&mut errors, &path, raw, env)
         })
         .collect();
-    check_unique(&mut errors, "upstreams", upstreams.iter().map(|u| u.name.as_str()), "name");
+    check_unique(
+        &mut errors,
+        "upstreams",
+        upstreams.iter().map(|u| u.name.as_str()),
+        "name",
+    );
 
     let models: Vec<ModelConfig> = raw
         .models
@@ -313,16 +376,37 @@ pub fn parse(
             model(&mut errors, &path, raw, &upstreams)
         })
         .collect();
-    check_unique(&mut errors, "models", models.iter().map(|m| m.id.as_str()), "id");
+    check_unique(
+        &mut errors,
+        "models",
+        models.iter().map(|m| m.id.as_str()),
+        "id",
+    );
 
-    let mut key_values = raw.keys.into_iter().map(|v| ("keys".to_string(), v)).collect::<Vec<_>>();
+    let mut key_values = raw
+        .keys
+        .into_iter()
+        .map(|v| ("keys".to_string(), v))
+        .collect::<Vec<_>>();
     if let Some((keys_name, keys_text)) = keys {
         if raw.keys_file.is_none() {
-            errors.push("keys_file", "a keys file was given but the configuration names none");
+            errors.push(
+                "keys_file",
+                "a keys file was given but the configuration names none",
+            );
         }
-        match serde_path_to_error::deserialize::<_, RawKeysFile>(serde_yaml::Deserializer::from_str(keys_text)) {
-            Ok(file) => key_values.extend(file.keys.into_iter().map(|v| (format!("{keys_name}: keys"), v))),
-            Err(error) => errors.push(format!("{keys_name}: {}", error.path()), error.into_inner().to_string()),
+        match serde_path_to_error::deserialize::<_, RawKeysFile>(
+            serde_yaml::Deserializer::from_str(keys_text),
+        ) {
+            Ok(file) => key_values.extend(
+                file.keys
+                    .into_iter()
+                    .map(|v| (format!("{keys_name}: keys"), v)),
+            ),
+            Err(error) => errors.push(
+                format!("{keys_name}: {}", error.path()),
+                error.into_inner().to_string(),
+            ),
         }
     }
     let keys: Vec<KeyConfig> = key_values
@@ -334,9 +418,19 @@ pub fn parse(
             key(&mut errors, &path, raw)
         })
         .collect();
-    check_unique(&mut errors, "keys", keys.iter().map(|k| k.name.as_str()), "name");
+    check_unique(
+        &mut errors,
+        "keys",
+        keys.iter().map(|k| k.name.as_str()),
+        "name",
+    );
     let hashes: Vec<String> = keys.iter().map(|k| k.hash.to_hex()).collect();
-    check_unique(&mut errors, "keys", hashes.iter().map(String::as_str), "sha256");
+    check_unique(
+        &mut errors,
+        "keys",
+        hashes.iter().map(String::as_str),
+        "sha256",
+    );
 
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
@@ -372,9 +466,15 @@ fn upstream(
         Ok(url) => {
             let scheme_ok = matches!(url.scheme_str(), Some("http") | Some("https"));
             if !scheme_ok || url.host().is_none() {
-                errors.push(format!("{path}.url"), "must be an absolute http:// or https:// URL");
+                errors.push(
+                    format!("{path}.url"),
+                    "must be an absolute http:// or https:// URL",
+                );
             } else if url.authority().is_some_and(|a| a.as_str().contains('@')) {
-                errors.push(format!("{path}.url"), "must not carry credentials; use api_key_env");
+                errors.push(
+                    format!("{path}.url"),
+                    "must not carry credentials; use api_key_env",
+                );
             } else if url.query().is_some() {
                 errors.push(format!("{path}.url"), "must not carry a query string");
             }
@@ -390,31 +490,71 @@ fn upstream(
         Some(name) => match env(name) {
             Some(value) if !value.is_empty() => Some(Secret::new(value)),
             _ => {
-                errors.push(format!("{path}.api_key_env"), format!("environment variable {name} is not set or empty"));
+                errors.push(
+                    format!("{path}.api_key_env"),
+                    format!("environment variable {name} is not set or empty"),
+                );
                 None
             }
         },
     };
-    let connect_timeout = duration(errors, &format!("{path}.connect_timeout"), raw.connect_timeout.as_deref(), Duration::from_secs(5));
-    let first_byte_timeout = duration(errors, &format!("{path}.first_byte_timeout"), raw.first_byte_timeout.as_deref(), Duration::from_secs(120));
-    let idle_timeout = duration(errors, &format!("{path}.idle_timeout"), raw.idle_timeout.as_deref(), Duration::from_secs(60));
+    let connect_timeout = duration(
+        errors,
+        &format!("{path}.connect_timeout"),
+        raw.connect_timeout.as_deref(),
+        Duration::from_secs(5),
+    );
+    let first_byte_timeout = duration(
+        errors,
+        &format!("{path}.first_byte_timeout"),
+        raw.first_byte_timeout.as_deref(),
+        Duration::from_secs(120),
+    );
+    let idle_timeout = duration(
+        errors,
+        &format!("{path}.idle_timeout"),
+        raw.idle_timeout.as_deref(),
+        Duration::from_secs(60),
+    );
     if errors.list.len() > before {
         return None;
     }
-    Some(UpstreamConfig { name: raw.name, url: url?, credential, connect_timeout, first_byte_timeout, idle_timeout })
+    Some(UpstreamConfig {
+        name: raw.name,
+        url: url?,
+        credential,
+        connect_timeout,
+        first_byte_timeout,
+        idle_timeout,
+    })
 }
 
-fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamConfig]) -> Option<ModelConfig> {
+fn model(
+    errors: &mut Errors,
+    path: &str,
+    raw: RawModel,
+    upstreams: &[UpstreamConfig],
+) -> Option<ModelConfig> {
     let before = errors.list.len();
     if raw.id.is_empty() || raw.id.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        errors.push(format!("{path}.id"), "must be non-empty, without spaces or control characters");
+        errors.push(
+            format!("{path}.id"),
+            "must be non-empty, without spaces or control characters",
+        );
     }
     let single = raw.upstream.is_some();
     let targets = match (raw.upstream, raw.targets) {
-        (Some(upstream), None) => vec![RawTarget { upstream, weight: None, upstream_model: raw.upstream_model }],
+        (Some(upstream), None) => vec![RawTarget {
+            upstream,
+            weight: None,
+            upstream_model: raw.upstream_model,
+        }],
         (None, Some(targets)) if !targets.is_empty() => {
             if raw.upstream_model.is_some() {
-                errors.push(format!("{path}.upstream_model"), "goes inside each target when `targets` is used");
+                errors.push(
+                    format!("{path}.upstream_model"),
+                    "goes inside each target when `targets` is used",
+                );
             }
             targets
         }
@@ -423,7 +563,10 @@ fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamCo
             Vec::new()
         }
         (Some(_), Some(_)) => {
-            errors.push(path.to_string(), "give either `upstream` or `targets`, not both");
+            errors.push(
+                path.to_string(),
+                "give either `upstream` or `targets`, not both",
+            );
             Vec::new()
         }
         (None, None) => {
@@ -435,9 +578,16 @@ fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamCo
         .into_iter()
         .enumerate()
         .filter_map(|(i, target)| {
-            let target_path = if single { path.to_string() } else { format!("{path}.targets[{i}]") };
+            let target_path = if single {
+                path.to_string()
+            } else {
+                format!("{path}.targets[{i}]")
+            };
             if !upstreams.iter().any(|u| u.name == target.upstream) {
-                errors.push(format!("{target_path}.upstream"), format!("no upstream is named '{}'", target.upstream));
+                errors.push(
+                    format!("{target_path}.upstream"),
+                    format!("no upstream is named '{}'", target.upstream),
+                );
             }
             let weight = match NonZeroU32::new(target.weight.unwrap_or(1)) {
                 Some(weight) => weight,
@@ -446,7 +596,11 @@ fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamCo
                     return None;
                 }
             };
-            Some(TargetConfig { upstream: target.upstream, weight, upstream_model: target.upstream_model })
+            Some(TargetConfig {
+                upstream: target.upstream,
+                weight,
+                upstream_model: target.upstream_model,
+            })
         })
         .collect();
     let endpoint_type = raw.endpoint_type.unwrap_or_else(|| "chat".into());
@@ -459,7 +613,10 @@ fn model(errors: &mut Errors, path: &str, raw: RawModel, upstreams: &[UpstreamCo
         match capability.as_str() {
             "streaming" => streaming = true,
             "tool_calling" => tool_calling = true,
-            other => errors.push(format!("{path}.capabilities[{i}]"), format!("unknown capability '{other}' (known: streaming, tool_calling)")),
+            other => errors.push(
+                format!("{path}.capabilities[{i}]"),
+                format!("unknown capability '{other}' (known: streaming, tool_calling)"),
+            ),
         }
     }
     if errors.list.len() > before {
@@ -481,21 +638,35 @@ fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
     check_name(errors, &format!("{path}.name"), &raw.name);
     let hash = KeyHash::from_hex(raw.sha256.trim_start_matches("sha256:"));
     if hash.is_none() {
-        errors.push(format!("{path}.sha256"), "must be 64 hexadecimal digits (the SHA-256 of the key; `sluice key` prints one)");
+        errors.push(
+            format!("{path}.sha256"),
+            "must be 64 hexadecimal digits (the SHA-256 of the key; `sluice key` prints one)",
+        );
     }
     if let Some(patterns) = &raw.models {
         for (i, pattern) in patterns.iter().enumerate() {
             if pattern.is_empty() {
-                errors.push(format!("{path}.models[{i}]"), "an empty pattern matches nothing");
+                errors.push(
+                    format!("{path}.models[{i}]"),
+                    "an empty pattern matches nothing",
+                );
             }
         }
     }
-    let requests_per_minute = nonzero(errors, &format!("{path}.requests_per_minute"), raw.requests_per_minute);
+    let requests_per_minute = nonzero(
+        errors,
+        &format!("{path}.requests_per_minute"),
+        raw.requests_per_minute,
+    );
     let burst = nonzero(errors, &format!("{path}.burst"), raw.burst);
     if burst.is_some() && requests_per_minute.is_none() {
         errors.push(format!("{path}.burst"), "needs requests_per_minute");
     }
-    let max_concurrent = nonzero(errors, &format!("{path}.max_concurrent"), raw.max_concurrent);
+    let max_concurrent = nonzero(
+        errors,
+        &format!("{path}.max_concurrent"),
+        raw.max_concurrent,
+    );
     if errors.list.len() > before {
         return None;
     }
@@ -512,13 +683,23 @@ fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
 
 /// Names become metric labels and log fields: keep them short and plain.
 fn check_name(errors: &mut Errors, path: &str, name: &str) {
-    let plain = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if name.is_empty() || name.len() > 64 || !plain {
-        errors.push(path, "must be 1-64 characters of letters, digits, '-', '_' or '.'");
+        errors.push(
+            path,
+            "must be 1-64 characters of letters, digits, '-', '_' or '.'",
+        );
     }
 }
 
-fn check_unique<'a>(errors: &mut Errors, list: &str, values: impl Iterator<Item = &'a str>, field: &str) {
+fn check_unique<'a>(
+    errors: &mut Errors,
+    list: &str,
+    values: impl Iterator<Item = &'a str>,
+    field: &str,
+) {
     let mut seen = std::collections::HashSet::new();
     for value in values {
         if !seen.insert(value) {
@@ -532,7 +713,10 @@ fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option<SocketAddr
     match text.parse() {
         Ok(addr) => Some(addr),
         Err(_) => {
-            errors.push(path, format!("'{text}' is not an address like 127.0.0.1:8080"));
+            errors.push(
+                path,
+                format!("'{text}' is not an address like 127.0.0.1:8080"),
+            );
             None
         }
     }
@@ -552,7 +736,10 @@ fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Durati
     match humantime::parse_duration(text) {
         Ok(d) if !d.is_zero() => d,
         _ => {
-            errors.push(path, format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"));
+            errors.push(
+                path,
+                format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"),
+            );
             default
         }
     }
@@ -561,7 +748,9 @@ fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Durati
 /// Parses `8MiB`, `512KiB`, `1MB`, `1048576`.
 pub fn parse_size(text: &str) -> Option<usize> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let number: usize = digits.parse().ok()?;
     let factor: usize = match unit.trim() {

@@ -26,11 +26,18 @@ pub struct Echo {
 
 #[async_trait]
 impl HttpServerApp for Echo {
-    async fn process_new_http(self: &Arc<Self>, mut session: ServerSession, _shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        _shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
         if !session.read_request().await.ok()? {
             return None;
         }
-        let (method, path) = (session.req_header().method.to_string(), session.req_header().uri.path().to_string());
+        let (method, path) = (
+            session.req_header().method.to_string(),
+            session.req_header().uri.path().to_string(),
+        );
         let mut body = BytesMut::new();
         while let Some(chunk) = session.read_request_body().await.ok()? {
             if body.len() + chunk.len() > MAX_BODY_BYTES {
@@ -42,25 +49,52 @@ impl HttpServerApp for Echo {
             ("POST", "/v1/chat/completions") => self.complete(&mut session, &body).await?,
             ("GET", "/v1/models") => {
                 let list = json!({"object": "list", "data": [{"id": "echo", "object": "model", "created": 0, "owned_by": "sluice"}]});
-                write_simple(&mut session, 200, "application/json", Bytes::from(list.to_string())).await?
+                write_simple(
+                    &mut session,
+                    200,
+                    "application/json",
+                    Bytes::from(list.to_string()),
+                )
+                .await?
             }
-            _ => write_simple(&mut session, 404, "application/json", error_body("no such route on the echo backend")).await?,
+            _ => {
+                write_simple(
+                    &mut session,
+                    404,
+                    "application/json",
+                    error_body("no such route on the echo backend"),
+                )
+                .await?
+            }
         }
         let settings = HttpPersistentSettings::for_session(&session);
-        session.finish().await.ok().flatten().map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
+        session
+            .finish()
+            .await
+            .ok()
+            .flatten()
+            .map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
     }
 }
 
 impl Echo {
     async fn complete(&self, session: &mut ServerSession, body: &[u8]) -> Option<()> {
         let Ok(request) = serde_json::from_slice::<Value>(body) else {
-            return write_simple(session, 400, "application/json", error_body("the body is not JSON")).await;
+            return write_simple(
+                session,
+                400,
+                "application/json",
+                error_body("the body is not JSON"),
+            )
+            .await;
         };
         let model = request["model"].as_str().unwrap_or("echo").to_string();
         let prompt = last_user_text(&request);
         let words: Vec<&str> = prompt.split_whitespace().take(MAX_WORDS).collect();
         let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-        let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let prompt_tokens = prompt.split_whitespace().count();
         if request["stream"].as_bool() != Some(true) {
             let answer = json!({
@@ -68,10 +102,18 @@ impl Echo {
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": words.join(" ")}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": words.len(), "total_tokens": prompt_tokens + words.len()},
             });
-            return write_simple(session, 200, "application/json", Bytes::from(answer.to_string())).await;
+            return write_simple(
+                session,
+                200,
+                "application/json",
+                Bytes::from(answer.to_string()),
+            )
+            .await;
         }
         let mut header = ResponseHeader::build(200, Some(3)).ok()?;
-        header.insert_header("content-type", "text/event-stream").ok()?;
+        header
+            .insert_header("content-type", "text/event-stream")
+            .ok()?;
         header.insert_header("cache-control", "no-cache").ok()?;
         header.insert_header("transfer-encoding", "chunked").ok()?;
         session.write_response_header(Box::new(header)).await.ok()?;
@@ -82,24 +124,51 @@ impl Echo {
             });
             Bytes::from(format!("data: {event}\n\n"))
         };
-        session.write_response_body(chunk(json!({"role": "assistant", "content": ""}), Value::Null), false).await.ok()?;
+        session
+            .write_response_body(
+                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                false,
+            )
+            .await
+            .ok()?;
         for (i, word) in words.iter().enumerate() {
             tokio::time::sleep(self.word_delay).await;
-            let text = if i == 0 { word.to_string() } else { format!(" {word}") };
-            session.write_response_body(chunk(json!({"content": text}), Value::Null), false).await.ok()?;
+            let text = if i == 0 {
+                word.to_string()
+            } else {
+                format!(" {word}")
+            };
+            session
+                .write_response_body(chunk(json!({"content": text}), Value::Null), false)
+                .await
+                .ok()?;
         }
-        session.write_response_body(chunk(json!({}), json!("stop")), false).await.ok()?;
-        session.write_response_body(Bytes::from_static(b"data: [DONE]\n\n"), true).await.ok()
+        session
+            .write_response_body(chunk(json!({}), json!("stop")), false)
+            .await
+            .ok()?;
+        session
+            .write_response_body(Bytes::from_static(b"data: [DONE]\n\n"), true)
+            .await
+            .ok()
     }
 }
 
 /// The text of the last `user` message: a string, or the text parts of a content array.
 fn last_user_text(request: &Value) -> String {
-    let Some(messages) = request["messages"].as_array() else { return String::new() };
-    let Some(message) = messages.iter().rev().find(|m| m["role"] == "user") else { return String::new() };
+    let Some(messages) = request["messages"].as_array() else {
+        return String::new();
+    };
+    let Some(message) = messages.iter().rev().find(|m| m["role"] == "user") else {
+        return String::new();
+    };
     match &message["content"] {
         Value::String(text) => text.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" "),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
         _ => String::new(),
     }
 }

@@ -9,25 +9,52 @@ use std::time::Duration;
 /// A failure the gateway answers itself, in the OpenAI error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestError {
-    UnknownRoute { repeated_prefix: bool },
+    UnknownRoute {
+        repeated_prefix: bool,
+    },
     MissingApiKey,
     InvalidApiKey,
-    RateLimited { retry_after: Duration },
-    ConcurrencyLimited { retry_after: Duration },
-    RequestTooLarge { limit_bytes: usize },
+    RateLimited {
+        retry_after: Duration,
+    },
+    ConcurrencyLimited {
+        retry_after: Duration,
+    },
+    RequestTooLarge {
+        limit_bytes: usize,
+    },
     UnsupportedMediaType,
-    InvalidJson { detail: String },
-    MissingParameter { param: &'static str },
-    InvalidParameter { param: String, message: String },
-    CapabilityNotSupported { param: &'static str, model: String, capability: &'static str },
-    ModelNotFound { model: String },
+    InvalidJson {
+        detail: String,
+    },
+    MissingParameter {
+        param: &'static str,
+    },
+    InvalidParameter {
+        param: String,
+        message: String,
+    },
+    CapabilityNotSupported {
+        param: &'static str,
+        model: String,
+        capability: &'static str,
+    },
+    ModelNotFound {
+        model: String,
+    },
     Internal,
     UpstreamUnavailable,
     UpstreamAuthFailed,
     UpstreamProtocolError,
-    NoHealthyUpstream { retry_after: Duration },
-    UpstreamSaturated { retry_after: Duration },
-    Overloaded { retry_after: Duration },
+    NoHealthyUpstream {
+        retry_after: Duration,
+    },
+    UpstreamSaturated {
+        retry_after: Duration,
+    },
+    Overloaded {
+        retry_after: Duration,
+    },
     UpstreamTimeout,
 }
 
@@ -187,14 +214,40 @@ mod tests {
     #[test]
     fn statuses_and_codes_follow_the_design_table() {
         let cases = [
-            (RequestError::InvalidJson { detail: "x".into() }, 400, "invalid_json"),
+            (
+                RequestError::InvalidJson { detail: "x".into() },
+                400,
+                "invalid_json",
+            ),
             (RequestError::MissingApiKey, 401, "missing_api_key"),
-            (RequestError::UnknownRoute { repeated_prefix: false }, 404, "unknown_route"),
-            (RequestError::ModelNotFound { model: "m".into() }, 404, "model_not_found"),
-            (RequestError::RequestTooLarge { limit_bytes: 1 }, 413, "request_too_large"),
-            (RequestError::UnsupportedMediaType, 415, "unsupported_media_type"),
+            (
+                RequestError::UnknownRoute {
+                    repeated_prefix: false,
+                },
+                404,
+                "unknown_route",
+            ),
+            (
+                RequestError::ModelNotFound { model: "m".into() },
+                404,
+                "model_not_found",
+            ),
+            (
+                RequestError::RequestTooLarge { limit_bytes: 1 },
+                413,
+                "request_too_large",
+            ),
+            (
+                RequestError::UnsupportedMediaType,
+                415,
+                "unsupported_media_type",
+            ),
             (RequestError::Internal, 500, "internal_error"),
-            (RequestError::UpstreamAuthFailed, 502, "upstream_auth_failed"),
+            (
+                RequestError::UpstreamAuthFailed,
+                502,
+                "upstream_auth_failed",
+            ),
             (RequestError::UpstreamTimeout, 504, "upstream_timeout"),
         ];
         for (error, status, code) in cases {
@@ -207,6 +260,10 @@ mod tests {
     fn quoted_model_ids_are_bounded() {
         let long = "m".repeat(10_000);
         let message = RequestError::ModelNotFound { model: long }.message();
-        assert!(message.len() < 300, "message stays short: {} bytes", message.len());
+        assert!(
+            message.len() < 300,
+            "message stays short: {} bytes",
+            message.len()
+        );
     }
 }

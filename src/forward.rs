@@ -65,35 +65,62 @@ pub struct Call<'a> {
 }
 
 /// Sends the call upstream and relays the answer to the client.
-pub async fn forward(session: &mut Session, gateway: &Gateway, call: Call<'_>, exchange: &mut Exchange) -> Result<(), ForwardError> {
-    let Call { upstream, header, body, request_started, request_id, extra_headers } = call;
+pub async fn forward(
+    session: &mut Session,
+    gateway: &Gateway,
+    call: Call<'_>,
+    exchange: &mut Exchange,
+) -> Result<(), ForwardError> {
+    let Call {
+        upstream,
+        header,
+        body,
+        request_started,
+        request_id,
+        extra_headers,
+    } = call;
     let peer = &upstream.peer;
     let sent_at = Instant::now();
-    let (mut connection, response) = match attempt(session, gateway, upstream, &header, &body, false).await {
-        Ok(done) => done,
-        Err(Attempt::DeadReused) => match attempt(session, gateway, upstream, &header, &body, true).await {
+    let (mut connection, response) =
+        match attempt(session, gateway, upstream, &header, &body, false).await {
             Ok(done) => done,
-            Err(Attempt::DeadReused) => return Err(ForwardError::BeforeResponse(RequestError::UpstreamUnavailable)),
+            Err(Attempt::DeadReused) => {
+                match attempt(session, gateway, upstream, &header, &body, true).await {
+                    Ok(done) => done,
+                    Err(Attempt::DeadReused) => {
+                        return Err(ForwardError::BeforeResponse(
+                            RequestError::UpstreamUnavailable,
+                        ))
+                    }
+                    Err(other) => return Err(before_response(other)),
+                }
+            }
             Err(other) => return Err(before_response(other)),
-        },
-        Err(other) => return Err(before_response(other)),
-    };
+        };
     let ttfb = sent_at.elapsed();
     exchange.ttfb = Some(ttfb);
     exchange.upstream_wait += ttfb;
     exchange.status = Some(response.status.as_u16());
-    gateway.metrics.upstream_ttfb.with_label_values(&[&upstream.name]).observe(ttfb.as_secs_f64());
+    gateway
+        .metrics
+        .upstream_ttfb
+        .with_label_values(&[&upstream.name])
+        .observe(ttfb.as_secs_f64());
 
     if matches!(response.status.as_u16(), 401 | 403) {
         // The upstream refused our credential: the client's key is not the problem.
-        return Err(ForwardError::BeforeResponse(RequestError::UpstreamAuthFailed));
+        return Err(ForwardError::BeforeResponse(
+            RequestError::UpstreamAuthFailed,
+        ));
     }
     exchange.upstream_retry_after = crate::upstream::retry_after(&response).map(str::to_owned);
     let gateway_ms = (sent_at - request_started).as_secs_f64() * 1000.0;
-    let timing = format!("gateway;dur={gateway_ms:.3}, upstream;dur={:.3}", ttfb.as_secs_f64() * 1000.0);
-    let mut to_client = response_header(&response, request_id, &timing).map_err(|_| {
-        ForwardError::BeforeResponse(RequestError::UpstreamProtocolError)
-    })?;
+    let timing = format!(
+        "gateway;dur={gateway_ms:.3}, upstream;dur={:.3}",
+        ttfb.as_secs_f64() * 1000.0
+    );
+    let mut to_client = response_header(&response, request_id, &timing)
+        .map_err(|_| ForwardError::BeforeResponse(RequestError::UpstreamProtocolError))?;
     if response.status.as_u16() == 500 {
         to_client.insert_header("x-should-retry", "false").ok();
     }
@@ -101,13 +128,21 @@ pub async fn forward(session: &mut Session, gateway: &Gateway, call: Call<'_>, e
         to_client.insert_header(name, value).ok();
     }
     exchange.event_stream = is_event_stream(&to_client);
-    session.write_response_header(Box::new(to_client), false).await.map_err(ForwardError::ClientGone)?;
+    session
+        .write_response_header(Box::new(to_client), false)
+        .await
+        .map_err(ForwardError::ClientGone)?;
 
     relay_body(session, &mut connection, upstream, exchange).await?;
-    session.write_response_body(None, true).await.map_err(ForwardError::ClientGone)?;
+    session
+        .write_response_body(None, true)
+        .await
+        .map_err(ForwardError::ClientGone)?;
     connection.respect_keepalive();
     if let Some(stream) = connection.reuse().await {
-        gateway.connector.release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
+        gateway
+            .connector
+            .release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
     }
     Ok(())
 }
@@ -144,12 +179,18 @@ async fn attempt(
     connection.read_timeout = None;
 
     let sent = async {
-        connection.write_request_header(Box::new(header.clone())).await?;
+        connection
+            .write_request_header(Box::new(header.clone()))
+            .await?;
         connection.write_body(body).await?;
         connection.finish_body().await
     };
     if let Err(e) = sent.await {
-        return Err(if reused { Attempt::DeadReused } else { Attempt::Failed(upstream_failure(&e)) });
+        return Err(if reused {
+            Attempt::DeadReused
+        } else {
+            Attempt::Failed(upstream_failure(&e))
+        });
     }
 
     let deadline = tokio::time::Instant::now() + upstream.first_byte_timeout;
@@ -163,7 +204,11 @@ async fn attempt(
         };
         match read {
             Err(_elapsed) => return Err(Attempt::Failed(RequestError::UpstreamTimeout)),
-            Ok(Err(e)) if reused && !matches!(e.retry, RetryType::Decided(false)) && e.etype() != &ErrorType::InvalidHTTPHeader => {
+            Ok(Err(e))
+                if reused
+                    && !matches!(e.retry, RetryType::Decided(false))
+                    && e.etype() != &ErrorType::InvalidHTTPHeader =>
+            {
                 return Err(Attempt::DeadReused)
             }
             Ok(Err(e)) => return Err(Attempt::Failed(upstream_failure(&e))),
@@ -215,16 +260,29 @@ async fn relay_body(
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => {
                 log::warn!(target: "sluice::forward", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
-                return Err(end_cut_stream(session, exchange, RequestError::UpstreamUnavailable, tail).await);
+                return Err(end_cut_stream(
+                    session,
+                    exchange,
+                    RequestError::UpstreamUnavailable,
+                    tail,
+                )
+                .await);
             }
-            Err(_elapsed) => return Err(end_cut_stream(session, exchange, RequestError::UpstreamTimeout, tail).await),
+            Err(_elapsed) => {
+                return Err(
+                    end_cut_stream(session, exchange, RequestError::UpstreamTimeout, tail).await,
+                )
+            }
         };
         if chunk.is_empty() {
             continue;
         }
         remember_tail(&mut tail, &chunk);
         exchange.bytes_out += chunk.len();
-        session.write_response_body(Some(chunk), false).await.map_err(ForwardError::ClientGone)?;
+        session
+            .write_response_body(Some(chunk), false)
+            .await
+            .map_err(ForwardError::ClientGone)?;
     }
 }
 
@@ -238,16 +296,28 @@ fn remember_tail(tail: &mut [u8; 2], chunk: &[u8]) {
 
 /// Ends a response whose upstream failed after it started. An SSE stream gets one error
 /// event and a clean end, then the connection closes; any other body can only be cut.
-async fn end_cut_stream(session: &mut Session, exchange: &mut Exchange, error: RequestError, tail: [u8; 2]) -> ForwardError {
+async fn end_cut_stream(
+    session: &mut Session,
+    exchange: &mut Exchange,
+    error: RequestError,
+    tail: [u8; 2],
+) -> ForwardError {
     if !exchange.event_stream {
         return ForwardError::AfterResponse { error, close: true };
     }
     let event = stream_error_event(&error);
     // Skip the separating blank line when the last event already ended cleanly.
-    let event = if tail == *b"\n\n" { event.slice(2..) } else { event };
+    let event = if tail == *b"\n\n" {
+        event.slice(2..)
+    } else {
+        event
+    };
     exchange.bytes_out += event.len();
     session.set_keepalive(None);
     let written = session.write_response_body(Some(event), false).await;
     let ended = session.write_response_body(None, true).await;
-    ForwardError::AfterResponse { error, close: written.is_err() || ended.is_err() }
+    ForwardError::AfterResponse {
+        error,
+        close: written.is_err() || ended.is_err(),
+    }
 }

@@ -44,7 +44,9 @@ impl Gateway {
 
     /// Serves a new snapshot from the next request on; requests in flight keep theirs.
     pub fn swap_catalog(&self, catalog: Catalog) {
-        self.metrics.config_generation.set(catalog.generation as i64);
+        self.metrics
+            .config_generation
+            .set(catalog.generation as i64);
         self.metrics.config_last_success.set(unix_seconds());
         let catalog = Arc::new(catalog);
         self.catalog.store(Arc::clone(&catalog));
@@ -62,5 +64,7 @@ impl Gateway {
 }
 
 fn unix_seconds() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }

@@ -75,8 +75,16 @@ impl Drop for Permit {
 /// The limiter's answer for one request.
 #[derive(Debug)]
 pub enum Admission {
-    Allowed { permit: Permit, rate: Option<RateStatus>, since_previous: Option<Duration> },
-    Denied { error: RequestError, rate: Option<RateStatus>, since_previous: Option<Duration> },
+    Allowed {
+        permit: Permit,
+        rate: Option<RateStatus>,
+        since_previous: Option<Duration>,
+    },
+    Denied {
+        error: RequestError,
+        rate: Option<RateStatus>,
+        since_previous: Option<Duration>,
+    },
 }
 
 struct KeyState {
@@ -89,7 +97,11 @@ struct KeyState {
 
 impl KeyState {
     fn new() -> Self {
-        KeyState { tat: Mutex::new(Duration::ZERO), in_flight: Arc::new(AtomicU32::new(0)), previous_micros: AtomicU64::new(0) }
+        KeyState {
+            tat: Mutex::new(Duration::ZERO),
+            in_flight: Arc::new(AtomicU32::new(0)),
+            previous_micros: AtomicU64::new(0),
+        }
     }
 }
 
@@ -103,7 +115,12 @@ pub struct Limiter {
 
 impl Limiter {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Limiter { clock, keys: DashMap::new(), gateway_in_flight: Arc::new(AtomicU32::new(0)), idle: Arc::new(Notify::new()) }
+        Limiter {
+            clock,
+            keys: DashMap::new(),
+            gateway_in_flight: Arc::new(AtomicU32::new(0)),
+            idle: Arc::new(Notify::new()),
+        }
     }
 
     /// Takes a gateway-wide slot, or `Overloaded` when `cap` are in flight. Every request
@@ -111,9 +128,14 @@ impl Limiter {
     pub fn admit_gateway(&self, cap: Option<std::num::NonZeroU32>) -> Result<Permit, RequestError> {
         let limit = cap.map_or(u32::MAX, |c| c.get());
         if !try_take(&self.gateway_in_flight, limit) {
-            return Err(RequestError::Overloaded { retry_after: CONCURRENCY_RETRY_HINT });
+            return Err(RequestError::Overloaded {
+                retry_after: CONCURRENCY_RETRY_HINT,
+            });
         }
-        Ok(Permit { slots: vec![Arc::clone(&self.gateway_in_flight)], idle: Some(Arc::clone(&self.idle)) })
+        Ok(Permit {
+            slots: vec![Arc::clone(&self.gateway_in_flight)],
+            idle: Some(Arc::clone(&self.idle)),
+        })
     }
 
     /// Resolves once no request is in flight (checked without polling).
@@ -147,7 +169,11 @@ impl Limiter {
                 match gcra(&mut tat, now, per_minute.get(), burst) {
                     Ok(status) => Some(status),
                     Err((status, retry_after)) => {
-                        return Admission::Denied { error: RequestError::RateLimited { retry_after }, rate: Some(status), since_previous };
+                        return Admission::Denied {
+                            error: RequestError::RateLimited { retry_after },
+                            rate: Some(status),
+                            since_previous,
+                        };
                     }
                 }
             }
@@ -155,23 +181,36 @@ impl Limiter {
         let mut permit = Permit::default();
         if let Some(limit) = key.max_concurrent {
             if !try_take(&state.in_flight, limit.get()) {
-                let error = RequestError::ConcurrencyLimited { retry_after: CONCURRENCY_RETRY_HINT };
-                return Admission::Denied { error, rate, since_previous };
+                let error = RequestError::ConcurrencyLimited {
+                    retry_after: CONCURRENCY_RETRY_HINT,
+                };
+                return Admission::Denied {
+                    error,
+                    rate,
+                    since_previous,
+                };
             }
             permit.slots.push(Arc::clone(&state.in_flight));
         }
-        Admission::Allowed { permit, rate, since_previous }
+        Admission::Allowed {
+            permit,
+            rate,
+            since_previous,
+        }
     }
 
     /// Requests of this key holding a concurrency slot now.
     pub fn in_flight(&self, key_name: &str) -> u32 {
-        self.keys.get(key_name).map_or(0, |s| s.in_flight.load(Ordering::Acquire))
+        self.keys
+            .get(key_name)
+            .map_or(0, |s| s.in_flight.load(Ordering::Acquire))
     }
 
     /// After a reload: drop the state of keys that no longer exist, once nothing of theirs
     /// is in flight. Keys that remain keep their counters.
     pub fn retain_keys(&self, exists: impl Fn(&str) -> bool) {
-        self.keys.retain(|name, state| exists(name) || state.in_flight.load(Ordering::Acquire) > 0);
+        self.keys
+            .retain(|name, state| exists(name) || state.in_flight.load(Ordering::Acquire) > 0);
     }
 
     /// How many keys have state (for tests and metrics).
@@ -183,13 +222,22 @@ impl Limiter {
         if let Some(state) = self.keys.get(name) {
             return Arc::clone(&state);
         }
-        Arc::clone(&self.keys.entry(name.to_owned()).or_insert_with(|| Arc::new(KeyState::new())))
+        Arc::clone(
+            &self
+                .keys
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(KeyState::new())),
+        )
     }
 }
 
 /// Takes one slot unless `limit` are taken; exact under contention.
 fn try_take(counter: &AtomicU32, limit: u32) -> bool {
-    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).is_ok()
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 fn record_previous(previous: &AtomicU64, now: Duration) -> Option<Duration> {
@@ -200,7 +248,12 @@ fn record_previous(previous: &AtomicU64, now: Duration) -> Option<Duration> {
 
 /// The generic cell rate algorithm: `per_minute` sustained, `burst` at once. On success
 /// advances `tat`; on refusal returns how long until this request would pass.
-fn gcra(tat: &mut Duration, now: Duration, per_minute: u32, burst: u32) -> Result<RateStatus, (RateStatus, Duration)> {
+fn gcra(
+    tat: &mut Duration,
+    now: Duration,
+    per_minute: u32,
+    burst: u32,
+) -> Result<RateStatus, (RateStatus, Duration)> {
     let interval = Duration::from_secs(60) / per_minute;
     let window = interval * burst;
     let start = (*tat).max(now);
@@ -208,12 +261,20 @@ fn gcra(tat: &mut Duration, now: Duration, per_minute: u32, burst: u32) -> Resul
     let ahead = next - now;
     if ahead > window {
         let backlog = start - now;
-        let status = RateStatus { limit: per_minute, remaining: 0, reset: backlog };
+        let status = RateStatus {
+            limit: per_minute,
+            remaining: 0,
+            reset: backlog,
+        };
         return Err((status, ahead - window));
     }
     *tat = next;
     let remaining = ((window - ahead).as_nanos() / interval.as_nanos()) as u32;
-    Ok(RateStatus { limit: per_minute, remaining, reset: ahead })
+    Ok(RateStatus {
+        limit: per_minute,
+        remaining,
+        reset: ahead,
+    })
 }
 
 /// OpenAI's reset format: `1s`, `120ms`, `6m0s`, `1h2m3s`.
@@ -226,7 +287,10 @@ pub fn format_reset(duration: Duration) -> String {
     let hours = (total_seconds / 3600.0).floor();
     let minutes = ((total_seconds - hours * 3600.0) / 60.0).floor();
     let seconds = total_seconds - hours * 3600.0 - minutes * 60.0;
-    let seconds = format!("{:.3}", seconds).trim_end_matches('0').trim_end_matches('.').to_string();
+    let seconds = format!("{:.3}", seconds)
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string();
     match (hours as u64, minutes as u64) {
         (0, 0) => format!("{seconds}s"),
         (0, m) => format!("{m}m{seconds}s"),
@@ -238,7 +302,10 @@ pub fn format_reset(duration: Duration) -> String {
 pub fn rate_headers(status: &RateStatus) -> [(&'static str, String); 3] {
     [
         ("x-ratelimit-limit-requests", status.limit.to_string()),
-        ("x-ratelimit-remaining-requests", status.remaining.to_string()),
+        (
+            "x-ratelimit-remaining-requests",
+            status.remaining.to_string(),
+        ),
         ("x-ratelimit-reset-requests", format_reset(status.reset)),
     ]
 }
@@ -258,8 +325,14 @@ mod tests {
         }
         let (_, wait) = gcra(&mut tat, now, 60, 3).expect_err("burst used up");
         assert_eq!(wait, Duration::from_secs(1));
-        assert!(gcra(&mut tat, now + wait - Duration::from_millis(1), 60, 3).is_err(), "not a millisecond early");
-        assert!(gcra(&mut tat, now + wait, 60, 3).is_ok(), "admitted after exactly the wait");
+        assert!(
+            gcra(&mut tat, now + wait - Duration::from_millis(1), 60, 3).is_err(),
+            "not a millisecond early"
+        );
+        assert!(
+            gcra(&mut tat, now + wait, 60, 3).is_ok(),
+            "admitted after exactly the wait"
+        );
     }
 
     #[test]
@@ -276,6 +349,10 @@ mod tests {
         let counter = AtomicU32::new(0);
         assert!(try_take(&counter, 2) && try_take(&counter, 2));
         assert!(!try_take(&counter, 2));
-        assert_eq!(counter.load(Ordering::Acquire), 2, "a refused take leaves no trace");
+        assert_eq!(
+            counter.load(Ordering::Acquire),
+            2,
+            "a refused take leaves no trace"
+        );
     }
 }

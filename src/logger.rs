@@ -23,7 +23,11 @@ fn ours(target: &str) -> bool {
 
 impl Log for JsonLogger {
     fn enabled(&self, metadata: &Metadata) -> bool {
-        let cap = if ours(metadata.target()) { self.level } else { self.level.min(LevelFilter::Warn) };
+        let cap = if ours(metadata.target()) {
+            self.level
+        } else {
+            self.level.min(LevelFilter::Warn)
+        };
         metadata.level() <= cap
     }
 
@@ -49,7 +53,11 @@ impl Log for JsonLogger {
 struct Fields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
 
 impl<'kvs> log::kv::VisitSource<'kvs> for Fields<'_> {
-    fn visit_pair(&mut self, key: log::kv::Key<'kvs>, value: log::kv::Value<'kvs>) -> Result<(), log::kv::Error> {
+    fn visit_pair(
+        &mut self,
+        key: log::kv::Key<'kvs>,
+        value: log::kv::Value<'kvs>,
+    ) -> Result<(), log::kv::Error> {
         self.0.insert(key.to_string(), value.to_string().into());
         Ok(())
     }

@@ -60,7 +60,12 @@ fn main() -> ExitCode {
 fn check(path: &Path) -> ExitCode {
     match load_files(path).and_then(|config| Catalog::build(&config, 1)) {
         Ok(catalog) => {
-            println!("{}: OK ({} upstreams, generation {})", path.display(), catalog.upstreams.len(), catalog.generation);
+            println!(
+                "{}: OK ({} upstreams, generation {})",
+                path.display(),
+                catalog.upstreams.len(),
+                catalog.generation
+            );
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -74,7 +79,10 @@ fn check(path: &Path) -> ExitCode {
 fn print_key(name: &str) {
     let mut bytes = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
-    let key = format!("sk-sluice-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let key = format!(
+        "sk-sluice-{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
     let hash = KeyHash::of(key.as_bytes()).to_hex();
     println!("key:    {key}");
     println!("config: - {{name: {name}, sha256: {hash}}}");
@@ -82,7 +90,10 @@ fn print_key(name: &str) {
 }
 
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
 }
 
 fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
@@ -122,7 +133,11 @@ fn run(path: &Path) -> ExitCode {
 
 async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let gateway = Arc::new(Gateway::new(catalog, Arc::new(MonotonicClock::new()), AccessLog::stdout()));
+    let gateway = Arc::new(Gateway::new(
+        catalog,
+        Arc::new(MonotonicClock::new()),
+        AccessLog::stdout(),
+    ));
     let running = sluice::server::start(&config, Arc::clone(&gateway)).await?;
     log::info!(
         target: "sluice",

@@ -2,8 +2,8 @@
 //! run several gateways in one process). Labels come only from configuration and fixed sets.
 
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Label value for a request that named no known key or model.
@@ -31,57 +31,92 @@ impl Metrics {
         // The gateway's own share: microseconds to a few milliseconds.
         let overhead_buckets = exponential_buckets(0.000_01, 2.0, 16).expect("static buckets");
         let requests = IntCounterVec::new(
-            Opts::new("sluice_requests_total", "Requests answered, by key, model and HTTP status."),
+            Opts::new(
+                "sluice_requests_total",
+                "Requests answered, by key, model and HTTP status.",
+            ),
             &["key", "model", "status"],
         )
         .expect("valid metric");
         let request_duration = HistogramVec::new(
-            HistogramOpts::new("sluice_request_duration_seconds", "Whole request time, first byte in to last byte out.")
-                .buckets(llm_buckets.clone()),
+            HistogramOpts::new(
+                "sluice_request_duration_seconds",
+                "Whole request time, first byte in to last byte out.",
+            )
+            .buckets(llm_buckets.clone()),
             &["model"],
         )
         .expect("valid metric");
         let overhead = Histogram::with_opts(
-            HistogramOpts::new("sluice_overhead_seconds", "Request time minus time spent waiting for the upstream.")
-                .buckets(overhead_buckets),
+            HistogramOpts::new(
+                "sluice_overhead_seconds",
+                "Request time minus time spent waiting for the upstream.",
+            )
+            .buckets(overhead_buckets),
         )
         .expect("valid metric");
         let upstream_ttfb = HistogramVec::new(
-            HistogramOpts::new("sluice_upstream_ttfb_seconds", "Time from sending a request upstream to its response header.")
-                .buckets(llm_buckets),
+            HistogramOpts::new(
+                "sluice_upstream_ttfb_seconds",
+                "Time from sending a request upstream to its response header.",
+            )
+            .buckets(llm_buckets),
             &["upstream"],
         )
         .expect("valid metric");
         let in_flight = IntGaugeVec::new(
-            Opts::new("sluice_in_flight_requests", "Requests of a key being served now (streams count to their end)."),
+            Opts::new(
+                "sluice_in_flight_requests",
+                "Requests of a key being served now (streams count to their end).",
+            ),
             &["key"],
         )
         .expect("valid metric");
         let rejections = IntCounterVec::new(
-            Opts::new("sluice_rejections_total", "Gateway-made error answers, by key and error code."),
+            Opts::new(
+                "sluice_rejections_total",
+                "Gateway-made error answers, by key and error code.",
+            ),
             &["key", "code"],
         )
         .expect("valid metric");
         let upstream_errors = IntCounterVec::new(
-            Opts::new("sluice_upstream_errors_total", "Failures talking to an upstream, by error code."),
+            Opts::new(
+                "sluice_upstream_errors_total",
+                "Failures talking to an upstream, by error code.",
+            ),
             &["upstream", "code"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
-            Opts::new("sluice_config_reloads_total", "Configuration loads after start, by result."),
+            Opts::new(
+                "sluice_config_reloads_total",
+                "Configuration loads after start, by result.",
+            ),
             &["result"],
         )
         .expect("valid metric");
-        let config_generation =
-            IntGauge::new("sluice_config_generation", "Generation of the catalog being served (1 at start).").expect("valid metric");
+        let config_generation = IntGauge::new(
+            "sluice_config_generation",
+            "Generation of the catalog being served (1 at start).",
+        )
+        .expect("valid metric");
         let config_last_success = IntGauge::new(
             "sluice_config_last_success_timestamp_seconds",
             "Unix time of the last configuration load that succeeded.",
         )
         .expect("valid metric");
-        let build_info = IntGaugeVec::new(Opts::new("sluice_build_info", "Always 1; the version label names the build."), &["version"])
-            .expect("valid metric");
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "sluice_build_info",
+                "Always 1; the version label names the build.",
+            ),
+            &["version"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
 
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
@@ -96,7 +131,9 @@ impl Metrics {
             Box::new(config_last_success.clone()),
             Box::new(build_info),
         ] {
-            registry.register(collector).expect("each series is registered once");
+            registry
+                .register(collector)
+                .expect("each series is registered once");
         }
         Metrics {
             registry,

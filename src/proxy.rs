@@ -127,7 +127,11 @@ impl ProxyHttp for Proxy {
         }
     }
 
-    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestContext) -> Result<()> {
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        _ctx: &mut RequestContext,
+    ) -> Result<()> {
         let timeout = self.gateway.catalog().client_timeout;
         session.set_read_timeout(Some(timeout));
         // A stalled reader must not hold its concurrency slot forever.
@@ -135,7 +139,11 @@ impl ProxyHttp for Proxy {
         Ok(())
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<bool> {
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+    ) -> Result<bool> {
         match self.handle(session, ctx).await {
             Ok(()) => Ok(true),
             Err(Failure::Answer(error)) => {
@@ -146,7 +154,10 @@ impl ProxyHttp for Proxy {
             Err(Failure::Ended { error, close }) => {
                 self.record_error(ctx, error.clone());
                 if close {
-                    return Err(Error::explain(ErrorType::ConnectionClosed, "upstream failed after the response started"));
+                    return Err(Error::explain(
+                        ErrorType::ConnectionClosed,
+                        "upstream failed after the response started",
+                    ));
                 }
                 Ok(true)
             }
@@ -154,24 +165,47 @@ impl ProxyHttp for Proxy {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestContext) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut RequestContext,
+    ) -> Result<Box<HttpPeer>> {
         // `request_filter` answers every request itself.
-        Error::e_explain(ErrorType::InternalError, "upstream_peer is not part of Sluice's request path")
+        Error::e_explain(
+            ErrorType::InternalError,
+            "upstream_peer is not part of Sluice's request path",
+        )
     }
 
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestContext) -> FailToProxy {
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestContext,
+    ) -> FailToProxy {
         let client_gone = matches!(e.esource(), ErrorSource::Downstream)
-            || matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::WriteError | ErrorType::ReadError);
+            || matches!(
+                e.etype(),
+                ErrorType::ConnectionClosed | ErrorType::WriteError | ErrorType::ReadError
+            );
         if session.response_written().is_none() && !client_gone {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
             let error = RequestError::Internal;
             let _ = self.answer(session, ctx, error_response(&error)).await;
             self.record_error(ctx, error);
         }
-        FailToProxy { error_code: ctx.status, can_reuse_downstream: false }
+        FailToProxy {
+            error_code: ctx.status,
+            can_reuse_downstream: false,
+        }
     }
 
-    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestContext, _error: &Error) -> bool {
+    fn suppress_error_log(
+        &self,
+        _session: &Session,
+        _ctx: &RequestContext,
+        _error: &Error,
+    ) -> bool {
         // Disconnects are normal for streaming clients; `logging` records every outcome.
         true
     }
@@ -187,68 +221,125 @@ impl Proxy {
         let catalog = self.gateway.catalog();
         ctx.catalog = Some(Arc::clone(&catalog));
         let request = session.req_header();
-        ctx.request_id = crate::request_id::accept_or_generate(request.headers.get("x-request-id").map(|v| v.as_bytes()));
+        ctx.request_id = crate::request_id::accept_or_generate(
+            request.headers.get("x-request-id").map(|v| v.as_bytes()),
+        );
 
         // 1. Host, then route.
         let host = request_host(session);
         if !catalog.host_allowed(&host) {
-            return Err(RequestError::UnknownRoute { repeated_prefix: false }.into());
+            return Err(RequestError::UnknownRoute {
+                repeated_prefix: false,
+            }
+            .into());
         }
         let route = route(&request.method, request.uri.path())?;
         // 2. Bearer key.
-        let key = authenticate(&catalog, request.headers.get("authorization").map(|v| v.as_bytes()))?;
+        let key = authenticate(
+            &catalog,
+            request.headers.get("authorization").map(|v| v.as_bytes()),
+        )?;
         ctx.key = Some(Arc::clone(&key));
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         if self.gateway.is_draining() {
-            return Err(RequestError::Overloaded { retry_after: Duration::from_secs(1) }.into());
+            return Err(RequestError::Overloaded {
+                retry_after: Duration::from_secs(1),
+            }
+            .into());
         }
-        ctx._permits.push(self.gateway.limiter.admit_gateway(catalog.max_concurrent)?);
+        ctx._permits
+            .push(self.gateway.limiter.admit_gateway(catalog.max_concurrent)?);
         match self.gateway.limiter.admit(&key) {
-            Admission::Allowed { permit, rate, since_previous } => {
+            Admission::Allowed {
+                permit,
+                rate,
+                since_previous,
+            } => {
                 ctx._permits.push(permit);
                 (ctx.rate, ctx.since_previous) = (rate, since_previous);
             }
-            Admission::Denied { error, rate, since_previous } => {
+            Admission::Denied {
+                error,
+                rate,
+                since_previous,
+            } => {
                 (ctx.rate, ctx.since_previous) = (rate, since_previous);
                 return Err(error.into());
             }
         }
-        ctx._in_flight = Some(InFlight::new(self.gateway.metrics.in_flight.with_label_values(&[&key.name])));
+        ctx._in_flight = Some(InFlight::new(
+            self.gateway
+                .metrics
+                .in_flight
+                .with_label_values(&[&key.name]),
+        ));
 
         match route {
             Route::ListModels => {
                 let list = catalog.render_list(&key);
-                self.answer(session, ctx, LocalResponse::json(200, list)).await.map_err(Failure::Abort)
+                self.answer(session, ctx, LocalResponse::json(200, list))
+                    .await
+                    .map_err(Failure::Abort)
             }
             Route::GetModel(id) => {
                 ctx.model = Some(id.clone());
-                let model = catalog.model_for(&key, &id).ok_or(RequestError::ModelNotFound { model: id })?;
+                let model = catalog
+                    .model_for(&key, &id)
+                    .ok_or(RequestError::ModelNotFound { model: id })?;
                 ctx.model_label = Some(model.id.clone());
                 let entry = model.entry_json.clone();
-                self.answer(session, ctx, LocalResponse::json(200, entry)).await.map_err(Failure::Abort)
+                self.answer(session, ctx, LocalResponse::json(200, entry))
+                    .await
+                    .map_err(Failure::Abort)
             }
             Route::ChatCompletions => self.chat_completion(session, ctx, &catalog, &key).await,
         }
     }
 
     /// Steps 4-7 for `POST /v1/chat/completions`.
-    async fn chat_completion(&self, session: &mut Session, ctx: &mut RequestContext, catalog: &Catalog, key: &Key) -> Result<(), Failure> {
+    async fn chat_completion(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        catalog: &Catalog,
+        key: &Key,
+    ) -> Result<(), Failure> {
         // 4. Body: size, media type, JSON, shape.
         check_declared_length(session, catalog.max_body_bytes)?;
-        check_media_type(session.req_header().headers.get("content-type").map(|v| v.as_bytes()))?;
+        check_media_type(
+            session
+                .req_header()
+                .headers
+                .get("content-type")
+                .map(|v| v.as_bytes()),
+        )?;
         let body = read_body(session, catalog.max_body_bytes).await?;
         let request = inspect(&body)?;
         ctx.model = Some(request.model.clone());
         ctx.stream = request.stream;
         // 5. The model, in this key's view.
-        let model = catalog.model_for(key, &request.model).ok_or(RequestError::ModelNotFound { model: request.model.clone() })?;
+        let model = catalog
+            .model_for(key, &request.model)
+            .ok_or(RequestError::ModelNotFound {
+                model: request.model.clone(),
+            })?;
         ctx.model_label = Some(model.id.clone());
         // 6. Capabilities.
         if request.stream && !model.streaming {
-            return Err(RequestError::CapabilityNotSupported { param: "stream", model: model.id.clone(), capability: "streaming" }.into());
+            return Err(RequestError::CapabilityNotSupported {
+                param: "stream",
+                model: model.id.clone(),
+                capability: "streaming",
+            }
+            .into());
         }
         if request.uses_tools && !model.tool_calling {
-            return Err(RequestError::CapabilityNotSupported { param: "tools", model: model.id.clone(), capability: "tool calling" }.into());
+            return Err(RequestError::CapabilityNotSupported {
+                param: "tools",
+                model: model.id.clone(),
+                capability: "tool calling",
+            }
+            .into());
         }
         // 7. Upstream.
         let target = &model.targets[0];
@@ -257,9 +348,17 @@ impl Proxy {
             Some(name) => with_model(&body, &request, name),
             None => body,
         };
-        let path = upstream_path(upstream, "/chat/completions", session.req_header().uri.query());
+        let path = upstream_path(
+            upstream,
+            "/chat/completions",
+            session.req_header().uri.query(),
+        );
         ctx.upstream_name = Some(upstream.name.clone());
-        ctx.upstream_url = Some(format!("{}{}", upstream.origin, upstream_path(upstream, "/chat/completions", None)));
+        ctx.upstream_url = Some(format!(
+            "{}{}",
+            upstream.origin,
+            upstream_path(upstream, "/chat/completions", None)
+        ));
         let header = request_header(session.req_header(), upstream, &path, &ctx.request_id, body.len()).map_err(|e| {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "cannot build the upstream request");
             RequestError::Internal
@@ -270,7 +369,11 @@ impl Proxy {
             body,
             request_started: ctx.started,
             request_id: &ctx.request_id,
-            extra_headers: ctx.rate.as_ref().map(|r| rate_headers(r).to_vec()).unwrap_or_default(),
+            extra_headers: ctx
+                .rate
+                .as_ref()
+                .map(|r| rate_headers(r).to_vec())
+                .unwrap_or_default(),
         };
         let result = forward(session, &self.gateway, call, &mut ctx.exchange).await;
         if let Some(status) = ctx.exchange.status {
@@ -279,11 +382,19 @@ impl Proxy {
         match result {
             Ok(()) => Ok(()),
             Err(ForwardError::BeforeResponse(error)) => {
-                self.gateway.metrics.upstream_errors.with_label_values(&[&upstream.name, error.code()]).inc();
+                self.gateway
+                    .metrics
+                    .upstream_errors
+                    .with_label_values(&[&upstream.name, error.code()])
+                    .inc();
                 Err(Failure::Answer(error))
             }
             Err(ForwardError::AfterResponse { error, close }) => {
-                self.gateway.metrics.upstream_errors.with_label_values(&[&upstream.name, error.code()]).inc();
+                self.gateway
+                    .metrics
+                    .upstream_errors
+                    .with_label_values(&[&upstream.name, error.code()])
+                    .inc();
                 Err(Failure::Ended { error, close })
             }
             Err(ForwardError::ClientGone(e)) => Err(Failure::Abort(e)),
@@ -291,7 +402,12 @@ impl Proxy {
     }
 
     /// Writes a complete local response with the gateway's headers.
-    async fn answer(&self, session: &mut Session, ctx: &mut RequestContext, response: LocalResponse) -> Result<()> {
+    async fn answer(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        response: LocalResponse,
+    ) -> Result<()> {
         let mut header = ResponseHeader::build(response.status, Some(response.headers.len() + 6))?;
         for (name, value) in &response.headers {
             header.insert_header(*name, value.as_str())?;
@@ -309,13 +425,19 @@ impl Proxy {
         }
         ctx.status = response.status;
         ctx.exchange.bytes_out += response.body.len();
-        session.write_response_header(Box::new(header), false).await?;
+        session
+            .write_response_header(Box::new(header), false)
+            .await?;
         session.write_response_body(Some(response.body), true).await
     }
 
     fn record_error(&self, ctx: &mut RequestContext, error: RequestError) {
         let key = ctx.key.as_ref().map_or(UNKNOWN, |k| k.name.as_str());
-        self.gateway.metrics.rejections.with_label_values(&[key, error.code()]).inc();
+        self.gateway
+            .metrics
+            .rejections
+            .with_label_values(&[key, error.code()])
+            .inc();
         ctx.error = Some(error);
     }
 
@@ -327,12 +449,26 @@ impl Proxy {
         let client_gone = e.is_some() && ctx.error.is_none();
         let status = if ctx.status == 0 { 499 } else { ctx.status };
         let metrics = &self.gateway.metrics;
-        metrics.requests.with_label_values(&[key.unwrap_or(UNKNOWN), model_label, &status.to_string()]).inc();
-        metrics.request_duration.with_label_values(&[model_label]).observe(duration.as_secs_f64());
-        metrics.overhead.observe(duration.saturating_sub(ctx.exchange.upstream_wait).as_secs_f64());
+        metrics
+            .requests
+            .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, &status.to_string()])
+            .inc();
+        metrics
+            .request_duration
+            .with_label_values(&[model_label])
+            .observe(duration.as_secs_f64());
+        metrics.overhead.observe(
+            duration
+                .saturating_sub(ctx.exchange.upstream_wait)
+                .as_secs_f64(),
+        );
 
         let host = request_host(session);
-        let error_code = ctx.error.as_ref().map(RequestError::code).or(client_gone.then_some("client_disconnected"));
+        let error_code = ctx
+            .error
+            .as_ref()
+            .map(RequestError::code)
+            .or(client_gone.then_some("client_disconnected"));
         let record = AccessRecord {
             ts: now_rfc3339(),
             environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
@@ -347,13 +483,24 @@ impl Proxy {
             status,
             stream: ctx.stream,
             duration_ms: millis(duration),
-            upstream_ms: ctx.exchange.ttfb.map(|_| millis(ctx.exchange.upstream_wait)),
+            upstream_ms: ctx
+                .exchange
+                .ttfb
+                .map(|_| millis(ctx.exchange.upstream_wait)),
             ttfb_ms: ctx.exchange.ttfb.map(millis),
             bytes_out: ctx.exchange.bytes_out,
             error_code,
             error_message: ctx.error.as_ref().map(RequestError::message),
-            retry_after_ms: ctx.error.as_ref().and_then(RequestError::retry_after).map(|d| d.as_millis() as u64),
-            since_previous_ms: if status == 429 { ctx.since_previous.map(millis) } else { None },
+            retry_after_ms: ctx
+                .error
+                .as_ref()
+                .and_then(RequestError::retry_after)
+                .map(|d| d.as_millis() as u64),
+            since_previous_ms: if status == 429 {
+                ctx.since_previous.map(millis)
+            } else {
+                None
+            },
         };
         self.gateway.access_log.write(&record);
     }
@@ -373,7 +520,11 @@ fn request_host(session: &Session) -> String {
 
 /// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
 fn check_declared_length(session: &Session, limit: usize) -> Result<(), RequestError> {
-    let declared = session.req_header().headers.get("content-length").and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let declared = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     match declared {
         Some(length) if length > limit => Err(RequestError::RequestTooLarge { limit_bytes: limit }),
         _ => Ok(()),
@@ -389,7 +540,11 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Failure
         .get("expect")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if expects_continue {
-        session.as_downstream_mut().write_continue_response().await.map_err(Failure::Abort)?;
+        session
+            .as_downstream_mut()
+            .write_continue_response()
+            .await
+            .map_err(Failure::Abort)?;
     }
     let mut body = BytesMut::new();
     while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {

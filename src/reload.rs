@@ -31,19 +31,28 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
 /// or `None` when it was rejected (the reason is logged and counted).
 pub fn reload(gateway: &Gateway, path: &Path, running: &Config) -> Option<Config> {
     let generation = gateway.catalog().generation + 1;
-    let loaded = load_files(path).and_then(|config| Catalog::build(&config, generation).map(|catalog| (config, catalog)));
+    let loaded = load_files(path)
+        .and_then(|config| Catalog::build(&config, generation).map(|catalog| (config, catalog)));
     match loaded {
         Ok((config, catalog)) => {
             for setting in restart_only_changes(running, &config) {
                 log::warn!(target: "sluice::reload", setting; "setting changed but needs a restart to take effect");
             }
             gateway.swap_catalog(catalog);
-            gateway.metrics.config_reloads.with_label_values(&["success"]).inc();
+            gateway
+                .metrics
+                .config_reloads
+                .with_label_values(&["success"])
+                .inc();
             log::info!(target: "sluice::reload", generation; "configuration reloaded");
             Some(config)
         }
         Err(errors) => {
-            gateway.metrics.config_reloads.with_label_values(&["failure"]).inc();
+            gateway
+                .metrics
+                .config_reloads
+                .with_label_values(&["failure"])
+                .inc();
             log::error!(target: "sluice::reload", errors:% = errors; "configuration rejected; still serving the previous one");
             None
         }

@@ -26,8 +26,14 @@ pub struct ChatRequest {
 
 /// Accepts `application/json`, with or without parameters such as `charset`.
 pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError> {
-    let Some(value) = content_type else { return Err(RequestError::UnsupportedMediaType) };
-    let essence = value.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+    let Some(value) = content_type else {
+        return Err(RequestError::UnsupportedMediaType);
+    };
+    let essence = value
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
     if essence.eq_ignore_ascii_case(b"application/json") {
         Ok(())
     } else {
@@ -38,17 +44,34 @@ pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError>
 /// Parses and checks a chat completion body.
 pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
     let object: Object = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => RequestError::InvalidJson { detail: "the body must be a JSON object".into() },
-        _ => RequestError::InvalidJson { detail: format!("{} at line {} column {}", describe(&e), e.line(), e.column()) },
+        serde_json::error::Category::Data => RequestError::InvalidJson {
+            detail: "the body must be a JSON object".into(),
+        },
+        _ => RequestError::InvalidJson {
+            detail: format!(
+                "{} at line {} column {}",
+                describe(&e),
+                e.line(),
+                e.column()
+            ),
+        },
     })?;
 
-    let raw_model = *object.get("model").ok_or(RequestError::MissingParameter { param: "model" })?;
-    let model: Cow<str> = serde_json::from_str(raw_model.get())
-        .map_err(|_| invalid("model", "'model' must be a string: a model ID from GET /v1/models."))?;
+    let raw_model = *object
+        .get("model")
+        .ok_or(RequestError::MissingParameter { param: "model" })?;
+    let model: Cow<str> = serde_json::from_str(raw_model.get()).map_err(|_| {
+        invalid(
+            "model",
+            "'model' must be a string: a model ID from GET /v1/models.",
+        )
+    })?;
     let start = raw_model.get().as_ptr() as usize - body.as_ptr() as usize;
     let model_span = start..start + raw_model.get().len();
 
-    let messages = *object.get("messages").ok_or(RequestError::MissingParameter { param: "messages" })?;
+    let messages = *object
+        .get("messages")
+        .ok_or(RequestError::MissingParameter { param: "messages" })?;
     check_messages(messages)?;
 
     let stream = match object.get("stream").map(|v| v.get()) {
@@ -64,7 +87,12 @@ pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
             uses_tools |= list.is_some_and(|l| !l.is_empty());
         }
     }
-    Ok(ChatRequest { model: model.into_owned(), stream, uses_tools, model_span })
+    Ok(ChatRequest {
+        model: model.into_owned(),
+        stream,
+        uses_tools,
+        model_span,
+    })
 }
 
 /// The body with the `model` value replaced and every other byte unchanged.
@@ -78,25 +106,52 @@ pub fn with_model(body: &Bytes, request: &ChatRequest, new_model: &str) -> Bytes
 }
 
 fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
-    let messages: Vec<&RawValue> = serde_json::from_str(raw.get())
-        .map_err(|_| invalid("messages", "'messages' must be an array of message objects."))?;
+    let messages: Vec<&RawValue> = serde_json::from_str(raw.get()).map_err(|_| {
+        invalid(
+            "messages",
+            "'messages' must be an array of message objects.",
+        )
+    })?;
     if messages.is_empty() {
-        return Err(invalid("messages", "'messages' must contain at least one message."));
+        return Err(invalid(
+            "messages",
+            "'messages' must contain at least one message.",
+        ));
     }
     for (i, message) in messages.iter().enumerate() {
-        let object: Object = serde_json::from_str(message.get())
-            .map_err(|_| invalid(&format!("messages[{i}]"), &format!("messages[{i}] must be an object with 'role' and 'content'.")))?;
+        let object: Object = serde_json::from_str(message.get()).map_err(|_| {
+            invalid(
+                &format!("messages[{i}]"),
+                &format!("messages[{i}] must be an object with 'role' and 'content'."),
+            )
+        })?;
         let role_param = format!("messages[{i}].role");
-        let raw_role = object.get("role").ok_or_else(|| invalid(&role_param, &format!("messages[{i}] has no 'role'.")))?;
-        let role: Cow<str> = serde_json::from_str(raw_role.get())
-            .map_err(|_| invalid(&role_param, &format!("messages[{i}].role must be a string.")))?;
+        let raw_role = object
+            .get("role")
+            .ok_or_else(|| invalid(&role_param, &format!("messages[{i}] has no 'role'.")))?;
+        let role: Cow<str> = serde_json::from_str(raw_role.get()).map_err(|_| {
+            invalid(
+                &role_param,
+                &format!("messages[{i}].role must be a string."),
+            )
+        })?;
         let content_param = format!("messages[{i}].content");
         match object.get("content").map(|c| c.get().as_bytes()[0]) {
             Some(b'"') | Some(b'[') => {}
             Some(b'n') | None if role == "assistant" => {}
-            None => return Err(invalid(&content_param, &format!("messages[{i}] has no 'content'."))),
+            None => {
+                return Err(invalid(
+                    &content_param,
+                    &format!("messages[{i}] has no 'content'."),
+                ))
+            }
             Some(_) => {
-                return Err(invalid(&content_param, &format!("messages[{i}].content must be a string or an array of content parts.")))
+                return Err(invalid(
+                    &content_param,
+                    &format!(
+                        "messages[{i}].content must be a string or an array of content parts."
+                    ),
+                ))
             }
         }
     }
@@ -104,7 +159,10 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
 }
 
 fn invalid(param: &str, message: &str) -> RequestError {
-    RequestError::InvalidParameter { param: param.to_string(), message: message.to_string() }
+    RequestError::InvalidParameter {
+        param: param.to_string(),
+        message: message.to_string(),
+    }
 }
 
 /// serde_json's message without its position suffix, which we add ourselves.
@@ -121,12 +179,15 @@ mod tests {
     use super::*;
 
     fn param_of(body: &str) -> Option<String> {
-        inspect(body.as_bytes()).err().and_then(|e| e.param().map(str::to_owned))
+        inspect(body.as_bytes())
+            .err()
+            .and_then(|e| e.param().map(str::to_owned))
     }
 
     #[test]
     fn a_minimal_body_passes() {
-        let request = inspect(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        let request =
+            inspect(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         assert_eq!(request.model, "m");
         assert!(!request.stream && !request.uses_tools);
     }
@@ -135,15 +196,44 @@ mod tests {
     fn shape_errors_name_the_parameter() {
         assert_eq!(param_of(r#"{"messages":[]}"#).as_deref(), Some("model"));
         assert_eq!(param_of(r#"{"model":"m"}"#).as_deref(), Some("messages"));
-        assert_eq!(param_of(r#"{"model":1,"messages":[]}"#).as_deref(), Some("model"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[]}"#).as_deref(), Some("messages"));
-        assert_eq!(param_of(r#"{"model":"m","messages":{}}"#).as_deref(), Some("messages"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[1]}"#).as_deref(), Some("messages[0]"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[{"content":"x"}]}"#).as_deref(), Some("messages[0].role"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[{"role":5,"content":"x"}]}"#).as_deref(), Some("messages[0].role"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[{"role":"user"}]}"#).as_deref(), Some("messages[0].content"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[{"role":"user","content":"a"}],"stream":"yes"}"#).as_deref(), Some("stream"));
-        assert_eq!(param_of(r#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":{}}"#).as_deref(), Some("tools"));
+        assert_eq!(
+            param_of(r#"{"model":1,"messages":[]}"#).as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[]}"#).as_deref(),
+            Some("messages")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":{}}"#).as_deref(),
+            Some("messages")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[1]}"#).as_deref(),
+            Some("messages[0]")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[{"content":"x"}]}"#).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[{"role":5,"content":"x"}]}"#).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[{"role":"user"}]}"#).as_deref(),
+            Some("messages[0].content")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[{"role":"user","content":"a"}],"stream":"yes"}"#)
+                .as_deref(),
+            Some("stream")
+        );
+        assert_eq!(
+            param_of(r#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":{}}"#)
+                .as_deref(),
+            Some("tools")
+        );
     }
 
     #[test]
@@ -155,7 +245,11 @@ mod tests {
     #[test]
     fn not_json_and_not_an_object_are_invalid_json() {
         for body in ["{", "not json", "[1,2]", "\"text\""] {
-            assert_eq!(inspect(body.as_bytes()).unwrap_err().code(), "invalid_json", "{body}");
+            assert_eq!(
+                inspect(body.as_bytes()).unwrap_err().code(),
+                "invalid_json",
+                "{body}"
+            );
         }
     }
 
@@ -169,7 +263,9 @@ mod tests {
 
     #[test]
     fn rename_changes_only_the_model_value() {
-        let body = Bytes::from_static(br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "short" , "x":1}"#);
+        let body = Bytes::from_static(
+            br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "short" , "x":1}"#,
+        );
         let request = inspect(&body).unwrap();
         let renamed = with_model(&body, &request, "org/a \"long\" name");
         assert_eq!(
@@ -180,7 +276,8 @@ mod tests {
 
     #[test]
     fn escaped_model_ids_are_decoded() {
-        let request = inspect(br#"{"model":"a\u002fb","messages":[{"role":"user","content":"a"}]}"#).unwrap();
+        let request =
+            inspect(br#"{"model":"a\u002fb","messages":[{"role":"user","content":"a"}]}"#).unwrap();
         assert_eq!(request.model, "a/b");
     }
 }

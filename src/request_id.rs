@@ -13,7 +13,9 @@ pub fn accept_or_generate(client_value: Option<&[u8]>) -> String {
 
 fn is_valid(value: &[u8]) -> bool {
     (1..=128).contains(&value.len())
-        && value.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        && value
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// 32 random hexadecimal digits.
@@ -33,6 +35,10 @@ mod tests {
             assert_eq!(id.len(), 32, "generated for {bad:?}");
             assert!(is_valid(id.as_bytes()));
         }
-        assert_ne!(accept_or_generate(None), accept_or_generate(None), "generated ids differ");
+        assert_ne!(
+            accept_or_generate(None),
+            accept_or_generate(None),
+            "generated ids differ"
+        );
     }
 }

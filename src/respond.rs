@@ -16,7 +16,11 @@ pub struct LocalResponse {
 impl LocalResponse {
     /// `200` (or another status) with a JSON body.
     pub fn json(status: u16, body: Bytes) -> Self {
-        LocalResponse { status, headers: vec![("content-type", "application/json".into())], body }
+        LocalResponse {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            body,
+        }
     }
 }
 
@@ -53,7 +57,10 @@ pub fn error_response(error: &RequestError) -> LocalResponse {
 pub fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
     let millis = wait.as_millis().max(1);
     let seconds = millis.div_ceil(1000).max(1);
-    [("retry-after", seconds.to_string()), ("retry-after-ms", millis.to_string())]
+    [
+        ("retry-after", seconds.to_string()),
+        ("retry-after-ms", millis.to_string()),
+    ]
 }
 
 /// The SSE event that ends a stream the gateway had to cut, so no client mistakes it for a
@@ -72,15 +79,22 @@ mod tests {
 
     #[test]
     fn the_envelope_has_json_null_param() {
-        let body: serde_json::Value = serde_json::from_slice(&envelope(&RequestError::MissingApiKey)).unwrap();
-        assert!(body["error"]["param"].is_null(), "param is JSON null: {body}");
+        let body: serde_json::Value =
+            serde_json::from_slice(&envelope(&RequestError::MissingApiKey)).unwrap();
+        assert!(
+            body["error"]["param"].is_null(),
+            "param is JSON null: {body}"
+        );
         assert_eq!(body["error"]["code"], "missing_api_key");
         assert_eq!(body["error"]["type"], "authentication_error");
     }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {
-        assert_eq!(retry_after_headers(Duration::from_millis(1)), [("retry-after", "1".into()), ("retry-after-ms", "1".into())]);
+        assert_eq!(
+            retry_after_headers(Duration::from_millis(1)),
+            [("retry-after", "1".into()), ("retry-after-ms", "1".into())]
+        );
         assert_eq!(retry_after_headers(Duration::from_millis(1001))[0].1, "2");
         assert_eq!(retry_after_headers(Duration::from_millis(3000))[0].1, "3");
         assert_eq!(retry_after_headers(Duration::ZERO)[0].1, "1");
@@ -89,10 +103,16 @@ mod tests {
     #[test]
     fn errors_carry_their_headers() {
         let unauthorized = error_response(&RequestError::InvalidApiKey);
-        assert!(unauthorized.headers.contains(&("www-authenticate", "Bearer".into())));
+        assert!(unauthorized
+            .headers
+            .contains(&("www-authenticate", "Bearer".into())));
         let internal = error_response(&RequestError::Internal);
-        assert!(internal.headers.contains(&("x-should-retry", "false".into())));
-        let limited = error_response(&RequestError::RateLimited { retry_after: Duration::from_millis(2500) });
+        assert!(internal
+            .headers
+            .contains(&("x-should-retry", "false".into())));
+        let limited = error_response(&RequestError::RateLimited {
+            retry_after: Duration::from_millis(2500),
+        });
         assert!(limited.headers.contains(&("retry-after", "3".into())));
         assert!(limited.headers.contains(&("retry-after-ms", "2500".into())));
     }

@@ -16,8 +16,12 @@ const PREFIX: &str = "/v1";
 
 /// Matches method and path together: GET on the completions path is 404 too.
 pub fn route(method: &Method, path: &str) -> Result<Route, RequestError> {
-    let unknown = RequestError::UnknownRoute { repeated_prefix: path.starts_with("/v1/v1/") || path == "/v1/v1" };
-    let Some(rest) = path.strip_prefix(PREFIX) else { return Err(unknown) };
+    let unknown = RequestError::UnknownRoute {
+        repeated_prefix: path.starts_with("/v1/v1/") || path == "/v1/v1",
+    };
+    let Some(rest) = path.strip_prefix(PREFIX) else {
+        return Err(unknown);
+    };
     match (method, rest) {
         (&Method::GET, "/models") => Ok(Route::ListModels),
         (&Method::POST, "/chat/completions") => Ok(Route::ChatCompletions),
@@ -54,9 +58,18 @@ mod tests {
     #[test]
     fn routes_match_method_and_path_together() {
         assert_eq!(route(&Method::GET, "/v1/models"), Ok(Route::ListModels));
-        assert_eq!(route(&Method::POST, "/v1/chat/completions"), Ok(Route::ChatCompletions));
-        assert_eq!(route(&Method::GET, "/v1/models/meta-llama/Llama-3"), Ok(Route::GetModel("meta-llama/Llama-3".into())));
-        assert_eq!(route(&Method::GET, "/v1/models/a%2Fb"), Ok(Route::GetModel("a/b".into())));
+        assert_eq!(
+            route(&Method::POST, "/v1/chat/completions"),
+            Ok(Route::ChatCompletions)
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/models/meta-llama/Llama-3"),
+            Ok(Route::GetModel("meta-llama/Llama-3".into()))
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/models/a%2Fb"),
+            Ok(Route::GetModel("a/b".into()))
+        );
         for (method, path) in [
             (Method::GET, "/v1/chat/completions"),
             (Method::POST, "/v1/models"),
@@ -65,7 +78,13 @@ mod tests {
             (Method::GET, "/v1/models/%zz"),
             (Method::DELETE, "/v1/models/x"),
         ] {
-            assert_eq!(route(&method, path), Err(RequestError::UnknownRoute { repeated_prefix: false }), "{method} {path}");
+            assert_eq!(
+                route(&method, path),
+                Err(RequestError::UnknownRoute {
+                    repeated_prefix: false
+                }),
+                "{method} {path}"
+            );
         }
     }
 
@@ -73,7 +92,9 @@ mod tests {
     fn a_repeated_prefix_is_named() {
         assert_eq!(
             route(&Method::POST, "/v1/v1/chat/completions"),
-            Err(RequestError::UnknownRoute { repeated_prefix: true })
+            Err(RequestError::UnknownRoute {
+                repeated_prefix: true
+            })
         );
     }
 }

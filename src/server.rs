@@ -14,7 +14,11 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// Binds `addr` and serves `app` on it until `shutdown` turns true.
-pub async fn listen<A>(addr: SocketAddr, app: Arc<A>, shutdown: ShutdownWatch) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+pub async fn listen<A>(
+    addr: SocketAddr,
+    app: Arc<A>,
+    shutdown: ShutdownWatch,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
 where
     A: ServerApp + Send + Sync + 'static,
 {
@@ -66,21 +70,35 @@ pub struct Running {
 }
 
 /// Binds every listener of `config` and starts serving with `gateway`.
-pub async fn start(config: &crate::config::Config, gateway: Arc<crate::gateway::Gateway>) -> std::io::Result<Running> {
+pub async fn start(
+    config: &crate::config::Config,
+    gateway: Arc<crate::gateway::Gateway>,
+) -> std::io::Result<Running> {
     let (shutdown, watch) = tokio::sync::watch::channel(false);
     let echo_addr = match config.echo_upstream {
         Some(addr) => {
-            let echo = Arc::new(crate::echo::Echo { word_delay: Duration::from_millis(20) });
+            let echo = Arc::new(crate::echo::Echo {
+                word_delay: Duration::from_millis(20),
+            });
             Some(listen(addr, echo, watch.clone()).await?.0)
         }
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
-    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, crate::proxy::Proxy::new(Arc::clone(&gateway))));
+    let proxy = Arc::new(pingora::proxy::http_proxy(
+        &server_conf,
+        crate::proxy::Proxy::new(Arc::clone(&gateway)),
+    ));
     let (addr, _) = listen(config.listen, proxy, watch.clone()).await?;
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
     let (admin_addr, _) = listen(config.admin_listen, admin, watch).await?;
-    Ok(Running { addr, admin_addr, echo_addr, gateway, shutdown })
+    Ok(Running {
+        addr,
+        admin_addr,
+        echo_addr,
+        gateway,
+        shutdown,
+    })
 }
 
 impl Running {

@@ -23,8 +23,15 @@ const NOT_FORWARDED_UP: [&str; 12] = [
     "authorization",
 ];
 
-const NOT_FORWARDED_DOWN: [&str; 7] =
-    ["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "trailer", "upgrade", "te"];
+const NOT_FORWARDED_DOWN: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "trailer",
+    "upgrade",
+    "te",
+];
 
 /// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL.
 pub fn upstream_path(upstream: &Upstream, route: &str, query: Option<&str>) -> String {
@@ -42,11 +49,18 @@ pub fn request_header(
     request_id: &str,
     body_len: usize,
 ) -> Result<RequestHeader> {
-    let mut header = RequestHeader::build(client.method.clone(), path.as_bytes(), Some(client.headers.len() + 4))?;
+    let mut header = RequestHeader::build(
+        client.method.clone(),
+        path.as_bytes(),
+        Some(client.headers.len() + 4),
+    )?;
     let named_by_connection = connection_tokens(client.headers.get_all(header::CONNECTION));
     for (name, value) in client.headers.iter() {
         let lower = name.as_str();
-        if NOT_FORWARDED_UP.contains(&lower) || lower == "x-request-id" || named_by_connection.iter().any(|t| t == lower) {
+        if NOT_FORWARDED_UP.contains(&lower)
+            || lower == "x-request-id"
+            || named_by_connection.iter().any(|t| t == lower)
+        {
             continue;
         }
         header.append_header(name.clone(), value.clone())?;
@@ -55,14 +69,21 @@ pub fn request_header(
     header.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
     header.insert_header("x-request-id", request_id)?;
     if let Some(credential) = &upstream.credential {
-        header.insert_header(header::AUTHORIZATION, format!("Bearer {}", credential.expose()))?;
+        header.insert_header(
+            header::AUTHORIZATION,
+            format!("Bearer {}", credential.expose()),
+        )?;
     }
     Ok(header)
 }
 
 /// The response header passed to the client: the upstream's, minus connection-level fields,
 /// with the gateway's request ID (the upstream's own kept as `x-upstream-request-id`).
-pub fn response_header(upstream: &ResponseHeader, request_id: &str, server_timing: &str) -> Result<ResponseHeader> {
+pub fn response_header(
+    upstream: &ResponseHeader,
+    request_id: &str,
+    server_timing: &str,
+) -> Result<ResponseHeader> {
     let mut header = ResponseHeader::build(upstream.status, Some(upstream.headers.len() + 3))?;
     let named_by_connection = connection_tokens(upstream.headers.get_all(header::CONNECTION));
     let mut framed = false;
@@ -72,7 +93,10 @@ pub fn response_header(upstream: &ResponseHeader, request_id: &str, server_timin
             continue;
         }
         if lower == "x-request-id" {
-            header.append_header(HeaderName::from_static("x-upstream-request-id"), value.clone())?;
+            header.append_header(
+                HeaderName::from_static("x-upstream-request-id"),
+                value.clone(),
+            )?;
             continue;
         }
         framed |= lower == "content-length" || lower == "transfer-encoding";
@@ -89,17 +113,22 @@ pub fn response_header(upstream: &ResponseHeader, request_id: &str, server_timin
 
 /// Whether a response is an SSE stream (the only kind an error event may be appended to).
 pub fn is_event_stream(header: &ResponseHeader) -> bool {
-    let uncompressed = header.headers.get(header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    let event_stream = header
+    let uncompressed = header
         .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().len() >= 17 && v.as_bytes()[..17].eq_ignore_ascii_case(b"text/event-stream"));
+        .get(header::CONTENT_ENCODING)
+        .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let event_stream = header.headers.get(header::CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes().len() >= 17 && v.as_bytes()[..17].eq_ignore_ascii_case(b"text/event-stream")
+    });
     uncompressed && event_stream
 }
 
 /// `Retry-After` as a header value, if the upstream sent one.
 pub fn retry_after(header: &ResponseHeader) -> Option<&str> {
-    header.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok())
+    header
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
 }
 
 fn connection_tokens<'a>(values: impl IntoIterator<Item = &'a http::HeaderValue>) -> Vec<String> {
@@ -122,7 +151,11 @@ mod tests {
     fn upstream(credential: Option<&str>) -> Upstream {
         Upstream {
             name: "u".into(),
-            peer: HttpPeer::new("127.0.0.1:9".parse::<std::net::SocketAddr>().unwrap(), false, String::new()),
+            peer: HttpPeer::new(
+                "127.0.0.1:9".parse::<std::net::SocketAddr>().unwrap(),
+                false,
+                String::new(),
+            ),
             host_header: "backend:8000".into(),
             base_path: "/v1".into(),
             origin: "http://backend:8000".into(),
@@ -147,9 +180,19 @@ mod tests {
         ] {
             client.append_header(name, value).unwrap();
         }
-        let sent = request_header(&client, &upstream(Some("upstream-secret")), "/v1/chat/completions", "rid", 42).unwrap();
+        let sent = request_header(
+            &client,
+            &upstream(Some("upstream-secret")),
+            "/v1/chat/completions",
+            "rid",
+            42,
+        )
+        .unwrap();
         let get = |n: &str| sent.headers.get(n).map(|v| v.to_str().unwrap().to_string());
-        assert_eq!(get("authorization").as_deref(), Some("Bearer upstream-secret"));
+        assert_eq!(
+            get("authorization").as_deref(),
+            Some("Bearer upstream-secret")
+        );
         assert_eq!(get("host").as_deref(), Some("backend:8000"));
         assert_eq!(get("content-length").as_deref(), Some("42"));
         assert_eq!(get("x-request-id").as_deref(), Some("rid"));
@@ -157,14 +200,20 @@ mod tests {
         for gone in ["connection", "x-private", "expect", "transfer-encoding"] {
             assert_eq!(get(gone), None, "{gone} is not forwarded");
         }
-        let without_credential = request_header(&client, &upstream(None), "/v1/x", "rid", 0).unwrap();
-        assert!(without_credential.headers.get("authorization").is_none(), "the client's key never goes upstream");
+        let without_credential =
+            request_header(&client, &upstream(None), "/v1/x", "rid", 0).unwrap();
+        assert!(
+            without_credential.headers.get("authorization").is_none(),
+            "the client's key never goes upstream"
+        );
     }
 
     #[test]
     fn close_delimited_responses_become_chunked() {
         let mut from_upstream = ResponseHeader::build(200, None).unwrap();
-        from_upstream.append_header("content-type", "text/event-stream").unwrap();
+        from_upstream
+            .append_header("content-type", "text/event-stream")
+            .unwrap();
         from_upstream.append_header("x-request-id", "up-1").unwrap();
         from_upstream.append_header("connection", "close").unwrap();
         let sent = response_header(&from_upstream, "rid", "gateway;dur=1").unwrap();

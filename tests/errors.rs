@@ -14,11 +14,29 @@ async fn gateway() -> (MockUpstream, TestGateway) {
 #[tokio::test]
 async fn unknown_routes_are_404_with_the_method_and_path_together() {
     let (_mock, gw) = gateway().await;
-    for (method, path) in [("GET", "/v1/chat/completions"), ("POST", "/v1/models"), ("GET", "/v2/models"), ("GET", "/"), ("DELETE", "/v1/models/chat-model")] {
+    for (method, path) in [
+        ("GET", "/v1/chat/completions"),
+        ("POST", "/v1/models"),
+        ("GET", "/v2/models"),
+        ("GET", "/"),
+        ("DELETE", "/v1/models/chat-model"),
+    ] {
         let auth = format!("Bearer {ALPHA}");
         let response = send(gw.addr(), method, path, &[("authorization", &auth)], b"").await;
-        assert_eq!(response.error(), (404, "invalid_request_error".into(), "unknown_route".into(), serde_json::Value::Null), "{method} {path}");
-        assert!(response.header("x-request-id").is_some(), "errors carry x-request-id");
+        assert_eq!(
+            response.error(),
+            (
+                404,
+                "invalid_request_error".into(),
+                "unknown_route".into(),
+                serde_json::Value::Null
+            ),
+            "{method} {path}"
+        );
+        assert!(
+            response.header("x-request-id").is_some(),
+            "errors carry x-request-id"
+        );
     }
 }
 
@@ -27,12 +45,29 @@ async fn a_repeated_prefix_is_named_in_the_message() {
     let (_mock, gw) = gateway().await;
     let response = chat_at(&gw, "/v1/v1/chat/completions").await;
     assert_eq!(response.error().2, "unknown_route");
-    assert!(response.json()["error"]["message"].as_str().unwrap().contains("repeats the /v1 prefix"), "{}", response.text());
+    assert!(
+        response.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("repeats the /v1 prefix"),
+        "{}",
+        response.text()
+    );
 }
 
 async fn chat_at(gw: &TestGateway, path: &str) -> Response {
     let auth = format!("Bearer {ALPHA}");
-    send(gw.addr(), "POST", path, &[("authorization", &auth), ("content-type", "application/json")], chat_body("chat-model").as_bytes()).await
+    send(
+        gw.addr(),
+        "POST",
+        path,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -40,11 +75,32 @@ async fn a_host_outside_the_hosts_list_is_404() {
     let mock = MockUpstream::start().await;
     let gw = TestGateway::start(&config_with(&mock.url(), "hosts: [api.example.com]")).await;
     let auth = format!("Bearer {ALPHA}");
-    let wrong = send(gw.addr(), "GET", "/v1/models", &[("authorization", &auth)], b"").await;
-    assert_eq!(wrong.error().2, "unknown_route", "request for host 'localhost' is refused");
+    let wrong = send(
+        gw.addr(),
+        "GET",
+        "/v1/models",
+        &[("authorization", &auth)],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        wrong.error().2,
+        "unknown_route",
+        "request for host 'localhost' is refused"
+    );
     let mut conn = Conn::open(gw.addr()).await;
-    conn.write(format!("GET /v1/models HTTP/1.1\r\nhost: API.example.com:443\r\nauthorization: {auth}\r\n\r\n").as_bytes()).await;
-    assert_eq!(conn.read_response().await.unwrap().status, 200, "a listed host (any case, any port) is served");
+    conn.write(
+        format!(
+            "GET /v1/models HTTP/1.1\r\nhost: API.example.com:443\r\nauthorization: {auth}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        conn.read_response().await.unwrap().status,
+        200,
+        "a listed host (any case, any port) is served"
+    );
 }
 
 #[tokio::test]
@@ -52,20 +108,55 @@ async fn missing_malformed_unknown_and_disabled_keys_are_401() {
     let (mock, gw) = gateway().await;
     let cases: [(&[(&str, &str)], &str); 6] = [
         (&[], "missing_api_key"),
-        (&[("authorization", "Basic YWxhZGRpbjpvcGVu")], "missing_api_key"),
+        (
+            &[("authorization", "Basic YWxhZGRpbjpvcGVu")],
+            "missing_api_key",
+        ),
         (&[("authorization", "Bearer")], "missing_api_key"),
-        (&[("authorization", "Bearer sk-not-a-key")], "invalid_api_key"),
-        (&[("authorization", "Bearer sk-test-disabled-0123456789")], "invalid_api_key"),
-        (&[("authorization", "bearer sk-TEST-alpha-0123456789")], "invalid_api_key"),
+        (
+            &[("authorization", "Bearer sk-not-a-key")],
+            "invalid_api_key",
+        ),
+        (
+            &[("authorization", "Bearer sk-test-disabled-0123456789")],
+            "invalid_api_key",
+        ),
+        (
+            &[("authorization", "bearer sk-TEST-alpha-0123456789")],
+            "invalid_api_key",
+        ),
     ];
     for (headers, code) in cases {
         let mut headers = headers.to_vec();
         headers.push(("content-type", "application/json"));
-        let response = send(gw.addr(), "POST", "/v1/chat/completions", &headers, chat_body("chat-model").as_bytes()).await;
-        assert_eq!(response.error(), (401, "authentication_error".into(), code.into(), serde_json::Value::Null), "{headers:?}");
-        assert_eq!(response.header("www-authenticate"), Some("Bearer"), "401 names the scheme");
+        let response = send(
+            gw.addr(),
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            chat_body("chat-model").as_bytes(),
+        )
+        .await;
+        assert_eq!(
+            response.error(),
+            (
+                401,
+                "authentication_error".into(),
+                code.into(),
+                serde_json::Value::Null
+            ),
+            "{headers:?}"
+        );
+        assert_eq!(
+            response.header("www-authenticate"),
+            Some("Bearer"),
+            "401 names the scheme"
+        );
     }
-    assert!(mock.requests().is_empty(), "nothing unauthenticated reaches the upstream");
+    assert!(
+        mock.requests().is_empty(),
+        "nothing unauthenticated reaches the upstream"
+    );
 }
 
 #[tokio::test]
@@ -74,7 +165,14 @@ async fn body_errors_follow_the_table() {
     let gw = TestGateway::start(&config_with(&mock.url(), "max_body_bytes: 1KiB")).await;
     let auth = format!("Bearer {ALPHA}");
     let json = ("content-type", "application/json");
-    let cases: Vec<(Vec<(&str, &str)>, Vec<u8>, u16, &str, Option<&str>)> = vec![
+    type Case<'a> = (
+        Vec<(&'a str, &'a str)>,
+        Vec<u8>,
+        u16,
+        &'a str,
+        Option<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
         (vec![json], vec![b' '; 2000], 413, "request_too_large", None),
         (vec![("content-type", "text/plain")], chat_body("chat-model").into_bytes(), 415, "unsupported_media_type", None),
         (vec![], chat_body("chat-model").into_bytes(), 415, "unsupported_media_type", None),
@@ -94,10 +192,18 @@ async fn body_errors_follow_the_table() {
         headers.push(("authorization", &auth));
         let response = send(gw.addr(), "POST", "/v1/chat/completions", &headers, &body).await;
         let (got_status, _, got_code, got_param) = response.error();
-        assert_eq!((got_status, got_code.as_str()), (status, code), "body {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            (got_status, got_code.as_str()),
+            (status, code),
+            "body {}",
+            String::from_utf8_lossy(&body)
+        );
         assert_eq!(got_param.as_str(), param, "param of {code}");
     }
-    assert!(mock.requests().is_empty(), "no invalid request reaches the upstream");
+    assert!(
+        mock.requests().is_empty(),
+        "no invalid request reaches the upstream"
+    );
 }
 
 #[tokio::test]
@@ -110,7 +216,8 @@ async fn a_chunked_body_over_the_limit_is_413() {
     );
     conn.write(head.as_bytes()).await;
     for _ in 0..3 {
-        conn.write(format!("200\r\n{}\r\n", " ".repeat(512)).as_bytes()).await;
+        conn.write(format!("200\r\n{}\r\n", " ".repeat(512)).as_bytes())
+            .await;
     }
     conn.write(b"0\r\n\r\n").await;
     let response = conn.read_response().await.unwrap();
@@ -122,46 +229,105 @@ async fn upstream_failures_become_5xx_in_the_envelope() {
     let (mock, gw) = gateway().await;
     mock.push(Reply::json(401, r#"{"error":{"message":"bad key"}}"#));
     let auth_failed = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
-    assert_eq!(auth_failed.error(), (502, "upstream_error".into(), "upstream_auth_failed".into(), serde_json::Value::Null));
+    assert_eq!(
+        auth_failed.error(),
+        (
+            502,
+            "upstream_error".into(),
+            "upstream_auth_failed".into(),
+            serde_json::Value::Null
+        )
+    );
 
     mock.push(Reply::json(403, "{}"));
-    assert_eq!(chat(gw.addr(), ALPHA, &chat_body("chat-model")).await.error().2, "upstream_auth_failed");
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .error()
+            .2,
+        "upstream_auth_failed"
+    );
 
     mock.push(Reply::Garbage);
-    assert_eq!(chat(gw.addr(), ALPHA, &chat_body("chat-model")).await.error().2, "upstream_protocol_error");
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .error()
+            .2,
+        "upstream_protocol_error"
+    );
 
     mock.push(Reply::Silent);
     let started = std::time::Instant::now();
     let timeout = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
-    assert_eq!(timeout.error(), (504, "upstream_error".into(), "upstream_timeout".into(), serde_json::Value::Null));
-    assert!(started.elapsed() >= Duration::from_secs(2), "504 only after first_byte_timeout (2s)");
-    mock.wait_until("the silent upstream request to be abandoned", |m| m.abandoned() == 1).await;
+    assert_eq!(
+        timeout.error(),
+        (
+            504,
+            "upstream_error".into(),
+            "upstream_timeout".into(),
+            serde_json::Value::Null
+        )
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "504 only after first_byte_timeout (2s)"
+    );
+    mock.wait_until("the silent upstream request to be abandoned", |m| {
+        m.abandoned() == 1
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_502_upstream_unavailable() {
     // Bind and drop a listener: nothing accepts on that port any more.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let gw = TestGateway::start(&config(&format!("http://127.0.0.1:{port}/v1"))).await;
     let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
-    assert_eq!(response.error(), (502, "upstream_error".into(), "upstream_unavailable".into(), serde_json::Value::Null));
+    assert_eq!(
+        response.error(),
+        (
+            502,
+            "upstream_error".into(),
+            "upstream_unavailable".into(),
+            serde_json::Value::Null
+        )
+    );
 }
 
 #[tokio::test]
 async fn upstream_errors_pass_through_unchanged_with_gateway_headers() {
     let (mock, gw) = gateway().await;
-    let body = r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let body =
+        r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
     mock.push(Reply::json(429, body).with_header("retry-after", "7"));
     let limited = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
     assert_eq!(limited.status, 429);
-    assert_eq!(limited.text(), body, "the upstream's body is passed through");
-    assert_eq!(limited.header("retry-after"), Some("7"), "the upstream's Retry-After is kept");
+    assert_eq!(
+        limited.text(),
+        body,
+        "the upstream's body is passed through"
+    );
+    assert_eq!(
+        limited.header("retry-after"),
+        Some("7"),
+        "the upstream's Retry-After is kept"
+    );
     assert!(limited.header("x-request-id").is_some());
 
     mock.push(Reply::json(500, r#"{"error":{"message":"boom"}}"#));
     let failed = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
     assert_eq!(failed.status, 500);
-    assert_eq!(failed.header("x-should-retry"), Some("false"), "SDKs are told not to retry a 500");
+    assert_eq!(
+        failed.header("x-should-retry"),
+        Some("false"),
+        "SDKs are told not to retry a 500"
+    );
     assert_eq!(mock.requests().len(), 2, "a 500 is attempted exactly once");
 }
 
@@ -173,6 +339,11 @@ async fn every_gateway_error_is_counted_and_logged_with_its_code() {
     let lines = gw.log_lines(1).await;
     assert_eq!(lines[0]["error_code"], "invalid_api_key");
     assert_eq!(lines[0]["status"], 401);
-    assert!(lines[0]["error_message"].as_str().is_some_and(|m| !m.is_empty()));
-    assert_eq!(gw.metric(r#"sluice_rejections_total{code="invalid_api_key",key="unknown"}"#), 1.0);
+    assert!(lines[0]["error_message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="invalid_api_key",key="unknown"}"#),
+        1.0
+    );
 }

@@ -17,35 +17,60 @@ async fn the_upstream_gets_its_credential_and_never_the_clients() {
     let (mock, gw) = gateway().await;
     let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
     assert_eq!(response.status, 200);
-    assert_eq!(response.json()["choices"][0]["message"]["content"], "hello from mock");
+    assert_eq!(
+        response.json()["choices"][0]["message"]["content"],
+        "hello from mock"
+    );
     let received = &mock.requests()[0];
     assert_eq!(received.method, "POST");
-    assert_eq!(received.path, "/v1/chat/completions", "{{url}}/chat/completions");
-    assert_eq!(received.header("authorization"), Some(format!("Bearer {UPSTREAM_SECRET}").as_str()));
-    assert!(received.headers.iter().all(|(_, v)| !v.contains(ALPHA)), "the client's key is never forwarded");
-    assert_eq!(received.header("host"), Some(mock.addr.to_string().as_str()));
+    assert_eq!(
+        received.path, "/v1/chat/completions",
+        "{{url}}/chat/completions"
+    );
+    assert_eq!(
+        received.header("authorization"),
+        Some(format!("Bearer {UPSTREAM_SECRET}").as_str())
+    );
+    assert!(
+        received.headers.iter().all(|(_, v)| !v.contains(ALPHA)),
+        "the client's key is never forwarded"
+    );
+    assert_eq!(
+        received.header("host"),
+        Some(mock.addr.to_string().as_str())
+    );
 }
 
 #[tokio::test]
 async fn a_4_mib_body_arrives_byte_identical() {
     let (mock, gw) = gateway().await;
     let filler = "x".repeat(4 << 20);
-    let body = format!(r#"{{"messages":[{{"role":"user","content":"{filler}"}}],"model":"chat-model","temperature":0.5}}"#);
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"{filler}"}}],"model":"chat-model","temperature":0.5}}"#
+    );
     let response = chat(gw.addr(), ALPHA, &body).await;
     assert_eq!(response.status, 200, "{}", response.text());
     let received = &mock.requests()[0];
     assert_eq!(received.body.len(), body.len());
-    assert_eq!(Sha256::digest(&received.body), Sha256::digest(body.as_bytes()), "the body is byte-identical upstream");
+    assert_eq!(
+        Sha256::digest(&received.body),
+        Sha256::digest(body.as_bytes()),
+        "the body is byte-identical upstream"
+    );
 }
 
 #[tokio::test]
 async fn a_chunked_client_body_is_forwarded_whole() {
     let (mock, gw) = gateway().await;
-    let body = format!(r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{}"}}]}}"#, "y".repeat(100_000));
+    let body = format!(
+        r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "y".repeat(100_000)
+    );
     let mut conn = Conn::open(gw.addr()).await;
     conn.write(format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ALPHA}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n").as_bytes()).await;
     for piece in body.as_bytes().chunks(30_000) {
-        conn.write(format!("{:x}\r\n", piece.len()).as_bytes()).await;
+        conn.write(format!("{:x}\r\n", piece.len()).as_bytes())
+            .await;
         conn.write(piece).await;
         conn.write(b"\r\n").await;
     }
@@ -60,7 +85,10 @@ async fn upstream_model_renames_only_the_model() {
     let body = r#"{ "model" : "renamed", "messages":[{"role":"user","content":"model renamed"}], "max_completion_tokens": 5 }"#;
     assert_eq!(chat(gw.addr(), ALPHA, body).await.status, 200);
     let received = String::from_utf8(mock.requests()[0].body.clone()).unwrap();
-    assert_eq!(received, r#"{ "model" : "org/real-name", "messages":[{"role":"user","content":"model renamed"}], "max_completion_tokens": 5 }"#);
+    assert_eq!(
+        received,
+        r#"{ "model" : "org/real-name", "messages":[{"role":"user","content":"model renamed"}], "max_completion_tokens": 5 }"#
+    );
 }
 
 #[tokio::test]
@@ -77,16 +105,27 @@ async fn expect_100_continue_is_answered_before_the_body() {
     )
     .await;
     let (status, _) = conn.read_head(true).await.unwrap();
-    assert_eq!(status, 100, "the gateway says continue before the client sends its body");
+    assert_eq!(
+        status, 100,
+        "the gateway says continue before the client sends its body"
+    );
     conn.write(body.as_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
-    assert_eq!(mock.requests()[0].header("expect"), None, "Expect is not forwarded");
+    assert_eq!(
+        mock.requests()[0].header("expect"),
+        None,
+        "Expect is not forwarded"
+    );
 }
 
 #[tokio::test]
 async fn hop_by_hop_headers_stay_on_their_hop() {
     let (mock, gw) = gateway().await;
-    mock.push(Reply::completion().with_header("x-request-id", "upstream-7").with_header("x-upstream-extra", "kept"));
+    mock.push(
+        Reply::completion()
+            .with_header("x-request-id", "upstream-7")
+            .with_header("x-upstream-extra", "kept"),
+    );
     let auth = format!("Bearer {ALPHA}");
     let response = send(
         gw.addr(),
@@ -109,7 +148,11 @@ async fn hop_by_hop_headers_stay_on_their_hop() {
     }
     assert_eq!(received.header("x-client-extra"), Some("kept"));
     assert_eq!(response.header("x-upstream-extra"), Some("kept"));
-    assert_eq!(response.header("x-upstream-request-id"), Some("upstream-7"), "the upstream's id is kept under another name");
+    assert_eq!(
+        response.header("x-upstream-request-id"),
+        Some("upstream-7"),
+        "the upstream's id is kept under another name"
+    );
 }
 
 #[tokio::test]
@@ -117,36 +160,89 @@ async fn request_ids_are_kept_when_valid_and_sent_upstream() {
     let (mock, gw) = gateway().await;
     let auth = format!("Bearer {ALPHA}");
     let json = ("content-type", "application/json");
-    let kept = send(gw.addr(), "POST", "/v1/chat/completions", &[("authorization", &auth), json, ("x-request-id", "client-id_1.2:3")], chat_body("chat-model").as_bytes()).await;
+    let kept = send(
+        gw.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            json,
+            ("x-request-id", "client-id_1.2:3"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    )
+    .await;
     assert_eq!(kept.header("x-request-id"), Some("client-id_1.2:3"));
-    assert_eq!(mock.requests()[0].header("x-request-id"), Some("client-id_1.2:3"));
+    assert_eq!(
+        mock.requests()[0].header("x-request-id"),
+        Some("client-id_1.2:3")
+    );
 
-    let replaced = send(gw.addr(), "POST", "/v1/chat/completions", &[("authorization", &auth), json, ("x-request-id", "bad id!")], chat_body("chat-model").as_bytes()).await;
+    let replaced = send(
+        gw.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &auth), json, ("x-request-id", "bad id!")],
+        chat_body("chat-model").as_bytes(),
+    )
+    .await;
     let generated = replaced.header("x-request-id").unwrap();
     assert_ne!(generated, "bad id!");
     assert!(generated.len() >= 16 && generated.chars().all(|c| c.is_ascii_alphanumeric()));
-    assert_eq!(mock.requests()[1].header("x-request-id"), Some(generated), "the generated id is sent upstream");
+    assert_eq!(
+        mock.requests()[1].header("x-request-id"),
+        Some(generated),
+        "the generated id is sent upstream"
+    );
 
     let error = get(gw.addr(), "/nope", None).await;
-    assert!(error.header("x-request-id").is_some(), "errors carry a request id");
+    assert!(
+        error.header("x-request-id").is_some(),
+        "errors carry a request id"
+    );
     let lines = gw.log_lines(3).await;
-    assert_eq!(lines[0]["request_id"], "client-id_1.2:3", "the access log names the request id");
+    assert_eq!(
+        lines[0]["request_id"], "client-id_1.2:3",
+        "the access log names the request id"
+    );
 }
 
 #[tokio::test]
 async fn server_timing_shows_the_gateway_and_upstream_shares() {
     let (mock, gw) = gateway().await;
-    mock.push(Reply::Json { status: 200, headers: vec![], body: "{}".into(), delay: std::time::Duration::from_millis(300), close: false });
+    mock.push(Reply::Json {
+        status: 200,
+        headers: vec![],
+        body: "{}".into(),
+        delay: std::time::Duration::from_millis(300),
+        close: false,
+    });
     let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
-    let timing = response.header("server-timing").expect("server-timing on proxied answers");
+    let timing = response
+        .header("server-timing")
+        .expect("server-timing on proxied answers");
     let value = |name: &str| -> f64 {
-        timing.split(", ").find_map(|p| p.strip_prefix(&format!("{name};dur="))).unwrap().parse().unwrap()
+        timing
+            .split(", ")
+            .find_map(|p| p.strip_prefix(&format!("{name};dur=")))
+            .unwrap()
+            .parse()
+            .unwrap()
     };
-    assert!(value("upstream") >= 300.0, "the upstream's 300 ms show as upstream time: {timing}");
-    assert!(value("gateway") < value("upstream"), "the gateway's share is small: {timing}");
+    assert!(
+        value("upstream") >= 300.0,
+        "the upstream's 300 ms show as upstream time: {timing}"
+    );
+    assert!(
+        value("gateway") < value("upstream"),
+        "the gateway's share is small: {timing}"
+    );
     let line = &gw.log_lines(1).await[0];
     assert_eq!(line["upstream"], "mock");
-    assert_eq!(line["upstream_url"], format!("{}/chat/completions", mock.url()));
+    assert_eq!(
+        line["upstream_url"],
+        format!("{}/chat/completions", mock.url())
+    );
     assert!(line["ttfb_ms"].as_f64().unwrap() >= 300.0);
 }
 
@@ -154,22 +250,45 @@ async fn server_timing_shows_the_gateway_and_upstream_shares() {
 async fn keep_alive_connections_to_the_upstream_are_pooled() {
     let (mock, gw) = gateway().await;
     for _ in 0..10 {
-        assert_eq!(chat(gw.addr(), ALPHA, &chat_body("chat-model")).await.status, 200);
+        assert_eq!(
+            chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+                .await
+                .status,
+            200
+        );
     }
-    assert_eq!(mock.connections(), 1, "ten sequential requests share one upstream connection");
+    assert_eq!(
+        mock.connections(),
+        1,
+        "ten sequential requests share one upstream connection"
+    );
 }
 
 #[tokio::test]
 async fn a_dead_pooled_connection_is_retried_once_on_a_fresh_one() {
     let (mock, gw) = gateway().await;
-    assert_eq!(chat(gw.addr(), ALPHA, &chat_body("chat-model")).await.status, 200);
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
     // The pooled connection now dies on its next use without a byte of answer, as
     // llama.cpp's server does after a streamed response while announcing keep-alive.
     mock.push(Reply::CloseAfterReading);
     let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
-    assert_eq!(response.status, 200, "the client never sees the dead connection: {}", response.text());
+    assert_eq!(
+        response.status,
+        200,
+        "the client never sees the dead connection: {}",
+        response.text()
+    );
     let requests = mock.requests();
-    assert_eq!(requests.len(), 3, "sent once on the dead connection, once on a fresh one");
+    assert_eq!(
+        requests.len(),
+        3,
+        "sent once on the dead connection, once on a fresh one"
+    );
     assert_eq!(requests[1].connection, 0);
     assert_eq!(requests[2].connection, 1);
 }
@@ -180,17 +299,35 @@ async fn a_fresh_connection_that_dies_is_not_retried() {
     mock.push(Reply::CloseAfterReading);
     let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
     assert_eq!(response.error().2, "upstream_unavailable");
-    assert_eq!(mock.requests().len(), 1, "a request that may have reached the upstream is not resent");
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "a request that may have reached the upstream is not resent"
+    );
 }
 
 #[tokio::test]
 async fn llama_cpp_style_close_after_stream_is_invisible() {
     let (mock, gw) = gateway().await;
     // A stream announced keep-alive, then the server closed the connection.
-    mock.push(Reply::Sse { events: vec![(std::time::Duration::ZERO, "[DONE]".into())], end: StreamEnd::Done, close: true });
-    let mut stream = EventStream::open(gw.addr(), ALPHA, r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#).await;
+    mock.push(Reply::Sse {
+        events: vec![(std::time::Duration::ZERO, "[DONE]".into())],
+        end: StreamEnd::Done,
+        close: true,
+    });
+    let mut stream = EventStream::open(
+        gw.addr(),
+        ALPHA,
+        r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
     assert_eq!(stream.rest().await, ["[DONE]"]);
     for _ in 0..3 {
-        assert_eq!(chat(gw.addr(), ALPHA, &chat_body("chat-model")).await.status, 200);
+        assert_eq!(
+            chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+                .await
+                .status,
+            200
+        );
     }
 }

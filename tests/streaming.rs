@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-const STREAM_BODY: &str = r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const STREAM_BODY: &str =
+    r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 async fn gateway() -> (MockUpstream, TestGateway) {
     let mock = MockUpstream::start().await;
@@ -20,7 +21,10 @@ async fn events_arrive_spaced_as_the_upstream_sends_them() {
     mock.push(Reply::stream(5, gap));
     let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
     assert_eq!(stream.status, 200);
-    assert!(stream.headers.iter().any(|(n, v)| n == "content-type" && v.starts_with("text/event-stream")));
+    assert!(stream
+        .headers
+        .iter()
+        .any(|(n, v)| n == "content-type" && v.starts_with("text/event-stream")));
     let mut arrivals = Vec::new();
     while let Some((event, at)) = stream.next_event().await {
         arrivals.push((event, at));
@@ -29,9 +33,15 @@ async fn events_arrive_spaced_as_the_upstream_sends_them() {
     assert_eq!(arrivals[5].0, "[DONE]");
     for pair in arrivals[..5].windows(2) {
         let spacing = pair[1].1 - pair[0].1;
-        assert!(spacing >= gap / 2, "each event arrives on its own, not batched: {spacing:?}");
+        assert!(
+            spacing >= gap / 2,
+            "each event arrives on its own, not batched: {spacing:?}"
+        );
     }
-    assert!(arrivals[4].1 - arrivals[0].1 >= gap * 3, "the first event came long before the last");
+    assert!(
+        arrivals[4].1 - arrivals[0].1 >= gap * 3,
+        "the first event came long before the last"
+    );
 }
 
 #[tokio::test]
@@ -41,11 +51,18 @@ async fn a_client_that_leaves_aborts_the_upstream_request() {
     let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
     stream.next_event().await.expect("a first event");
     stream.disconnect();
-    mock.wait_until("the upstream connection to be closed by the gateway", |m| m.abandoned() == 1).await;
+    mock.wait_until("the upstream connection to be closed by the gateway", |m| {
+        m.abandoned() == 1
+    })
+    .await;
     let line = &gw.log_lines(1).await[0];
     assert_eq!(line["error_code"], "client_disconnected");
     assert_eq!(line["stream"], true);
-    assert_eq!(gw.metric(r#"sluice_in_flight_requests{key="alpha"}"#), 0.0, "the request's slot is released");
+    assert_eq!(
+        gw.metric(r#"sluice_in_flight_requests{key="alpha"}"#),
+        0.0,
+        "the request's slot is released"
+    );
 }
 
 #[tokio::test]
@@ -53,37 +70,77 @@ async fn a_client_that_leaves_before_the_first_byte_aborts_too() {
     let (mock, gw) = gateway().await;
     mock.push(Reply::Silent);
     let stream = EventStream::open_without_head(gw.addr(), ALPHA, STREAM_BODY).await;
-    mock.wait_until("the request to reach the upstream", |m| m.requests().len() == 1).await;
+    mock.wait_until("the request to reach the upstream", |m| {
+        m.requests().len() == 1
+    })
+    .await;
     drop(stream);
-    mock.wait_until("the upstream connection to be closed by the gateway", |m| m.abandoned() == 1).await;
+    mock.wait_until("the upstream connection to be closed by the gateway", |m| {
+        m.abandoned() == 1
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_cut_stream_ends_with_an_error_event() {
     let (mock, gw) = gateway().await;
-    let events = vec![(Duration::ZERO, r#"{"choices":[{"delta":{"content":"a"}}]}"#.to_string())];
-    mock.push(Reply::Sse { events, end: StreamEnd::Cut, close: false });
+    let events = vec![(
+        Duration::ZERO,
+        r#"{"choices":[{"delta":{"content":"a"}}]}"#.to_string(),
+    )];
+    mock.push(Reply::Sse {
+        events,
+        end: StreamEnd::Cut,
+        close: false,
+    });
     let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
     let events = stream.rest().await;
-    assert_eq!(events.len(), 2, "the event sent, then the gateway's error event: {events:?}");
-    let error: serde_json::Value = serde_json::from_str(&events[1]).expect("the error event is JSON");
+    assert_eq!(
+        events.len(),
+        2,
+        "the event sent, then the gateway's error event: {events:?}"
+    );
+    let error: serde_json::Value =
+        serde_json::from_str(&events[1]).expect("the error event is JSON");
     assert_eq!(error["error"]["code"], "upstream_unavailable");
     assert_eq!(error["error"]["type"], "upstream_error");
-    assert!(stream.closed_by_peer().await, "the connection closes after the error event");
-    assert_eq!(gw.metric(r#"sluice_upstream_errors_total{code="upstream_unavailable",upstream="mock"}"#), 1.0);
+    assert!(
+        stream.closed_by_peer().await,
+        "the connection closes after the error event"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_upstream_errors_total{code="upstream_unavailable",upstream="mock"}"#),
+        1.0
+    );
 }
 
 #[tokio::test]
 async fn a_stalled_stream_ends_with_a_timeout_event_after_idle_timeout() {
     let (mock, gw) = gateway().await;
-    let events = vec![(Duration::ZERO, r#"{"choices":[{"delta":{"content":"a"}}]}"#.to_string())];
-    mock.push(Reply::Sse { events, end: StreamEnd::Stall, close: false });
+    let events = vec![(
+        Duration::ZERO,
+        r#"{"choices":[{"delta":{"content":"a"}}]}"#.to_string(),
+    )];
+    mock.push(Reply::Sse {
+        events,
+        end: StreamEnd::Stall,
+        close: false,
+    });
     let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
     let (_, first) = stream.next_event().await.unwrap();
     let (last, at) = stream.next_event().await.expect("an error event");
-    assert!(at - first >= Duration::from_millis(900), "after the 1 s idle_timeout, not before");
+    assert!(
+        at - first >= Duration::from_millis(900),
+        "after the 1 s idle_timeout, not before"
+    );
     let error: serde_json::Value = serde_json::from_str(&last).unwrap();
     assert_eq!(error["error"]["code"], "upstream_timeout");
-    assert!(stream.next_event().await.is_none(), "nothing after the error event");
-    mock.wait_until("the stalled upstream connection to be dropped", |m| m.abandoned() == 1).await;
+    assert!(
+        stream.next_event().await.is_none(),
+        "nothing after the error event"
+    );
+    mock.wait_until("the stalled upstream connection to be dropped", |m| {
+        m.abandoned() == 1
+    })
+    .await;
 }

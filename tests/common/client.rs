@@ -19,12 +19,19 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("body is JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
     }
 
     pub fn text(&self) -> String {
@@ -35,9 +42,20 @@ impl Response {
     pub fn error(&self) -> (u16, String, String, serde_json::Value) {
         let body = self.json();
         let error = &body["error"];
-        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "error has a message: {body}");
-        assert!(error.get("param").is_some(), "error has a param field: {body}");
-        (self.status, error["type"].as_str().unwrap().into(), error["code"].as_str().unwrap().into(), error["param"].clone())
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "error has a message: {body}"
+        );
+        assert!(
+            error.get("param").is_some(),
+            "error has a param field: {body}"
+        );
+        (
+            self.status,
+            error["type"].as_str().unwrap().into(),
+            error["code"].as_str().unwrap().into(),
+            error["param"].clone(),
+        )
     }
 }
 
@@ -64,13 +82,21 @@ pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &
 
 impl Conn {
     pub async fn open(addr: SocketAddr) -> Conn {
-        let socket = TcpStream::connect(addr).await.expect("connect to the gateway");
+        let socket = TcpStream::connect(addr)
+            .await
+            .expect("connect to the gateway");
         socket.set_nodelay(true).unwrap();
-        Conn { socket, buffer: Vec::new() }
+        Conn {
+            socket,
+            buffer: Vec::new(),
+        }
     }
 
     pub async fn write(&mut self, bytes: &[u8]) {
-        self.socket.write_all(bytes).await.expect("write to the gateway");
+        self.socket
+            .write_all(bytes)
+            .await
+            .expect("write to the gateway");
     }
 
     async fn fill(&mut self) -> bool {
@@ -98,10 +124,20 @@ impl Conn {
             };
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut parsed = httparse::Response::new(&mut headers);
-            parsed.parse(&self.buffer[..end]).expect("a valid HTTP response head");
+            parsed
+                .parse(&self.buffer[..end])
+                .expect("a valid HTTP response head");
             let status = parsed.code.unwrap();
-            let headers =
-                parsed.headers.iter().map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned())).collect();
+            let headers = parsed
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
             self.buffer.drain(..end);
             if (100..200).contains(&status) && !keep_interim {
                 continue;
@@ -114,8 +150,13 @@ impl Conn {
     pub async fn read_response(&mut self) -> Option<Response> {
         let (status, headers) = self.read_head(false).await?;
         let mut body = Vec::new();
-        let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-        let length = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+        let length = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok());
         if chunked {
             while let Some(chunk) = self.read_chunk().await {
                 body.extend_from_slice(&chunk);
@@ -131,7 +172,11 @@ impl Conn {
             while self.fill().await {}
             body = std::mem::take(&mut self.buffer);
         }
-        Some(Response { status, headers, body })
+        Some(Response {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// The next chunk of a chunked body; `None` at its end or when the connection drops.
@@ -145,7 +190,8 @@ impl Conn {
             }
         };
         let size_text = String::from_utf8_lossy(&self.buffer[..line_end]).to_string();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).expect("chunk size");
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+            .expect("chunk size");
         while self.buffer.len() < line_end + 2 + size + 2 {
             if !self.fill().await {
                 return None;
@@ -159,15 +205,27 @@ impl Conn {
     /// Whether the gateway closed the connection (reads until EOF, bounded).
     pub async fn closed_by_peer(&mut self) -> bool {
         let mut chunk = [0u8; 1024];
-        matches!(tokio::time::timeout(READ_LIMIT, self.socket.read(&mut chunk)).await, Ok(Ok(0)) | Ok(Err(_)))
+        matches!(
+            tokio::time::timeout(READ_LIMIT, self.socket.read(&mut chunk)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
     }
 }
 
 /// Sends one request on a new connection and reads the answer.
-pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
     let mut conn = Conn::open(addr).await;
-    conn.write(&request_bytes(method, path, headers, body)).await;
-    conn.read_response().await.expect("a response from the gateway")
+    conn.write(&request_bytes(method, path, headers, body))
+        .await;
+    conn.read_response()
+        .await
+        .expect("a response from the gateway")
 }
 
 pub async fn get(addr: SocketAddr, path: &str, key: Option<&str>) -> Response {
@@ -179,7 +237,17 @@ pub async fn get(addr: SocketAddr, path: &str, key: Option<&str>) -> Response {
 /// `POST /v1/chat/completions` with a JSON body.
 pub async fn chat(addr: SocketAddr, key: &str, body: &str) -> Response {
     let auth = format!("Bearer {key}");
-    send(addr, "POST", "/v1/chat/completions", &[("authorization", &auth), ("content-type", "application/json")], body.as_bytes()).await
+    send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    )
+    .await
 }
 
 /// A minimal valid chat body for `model`.
@@ -203,12 +271,20 @@ impl EventStream {
         conn.write(&request_bytes(
             "POST",
             "/v1/chat/completions",
-            &[("authorization", &auth), ("content-type", "application/json")],
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
             body.as_bytes(),
         ))
         .await;
         let (status, headers) = conn.read_head(false).await.expect("a response head");
-        EventStream { status, headers, conn, data: Vec::new() }
+        EventStream {
+            status,
+            headers,
+            conn,
+            data: Vec::new(),
+        }
     }
 
     /// The next event's text (without `data: `) and when it arrived; `None` at the end.
@@ -217,7 +293,10 @@ impl EventStream {
             if let Some(end) = find(&self.data, b"\n\n") {
                 let event = String::from_utf8_lossy(&self.data[..end]).to_string();
                 self.data.drain(..end + 2);
-                let event = event.trim_start_matches('\n').trim_start_matches("data: ").to_string();
+                let event = event
+                    .trim_start_matches('\n')
+                    .trim_start_matches("data: ")
+                    .to_string();
                 if event.is_empty() {
                     continue;
                 }
@@ -255,7 +334,10 @@ impl EventStream {
         conn.write(&request_bytes(
             "POST",
             "/v1/chat/completions",
-            &[("authorization", &auth), ("content-type", "application/json")],
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
             body.as_bytes(),
         ))
         .await;

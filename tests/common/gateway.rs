@@ -113,7 +113,10 @@ impl Write for SharedLog {
 impl SharedLog {
     pub fn lines(&self) -> Vec<serde_json::Value> {
         let bytes = self.bytes.lock().unwrap();
-        String::from_utf8_lossy(&bytes).lines().map(|l| serde_json::from_str(l).expect("access log lines are JSON")).collect()
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("access log lines are JSON"))
+            .collect()
     }
 }
 
@@ -126,13 +129,22 @@ pub struct TestGateway {
 impl TestGateway {
     pub async fn start(yaml: &str) -> TestGateway {
         let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
-        let config = sluice::config::parse("test.yaml", yaml, None, &env).unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
+        let config = sluice::config::parse("test.yaml", yaml, None, &env)
+            .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
         let catalog = Catalog::build(&config, 1).expect("catalog builds");
         let log = SharedLog::default();
         let clock = Arc::new(ManualClock::default());
-        let gateway = Arc::new(Gateway::new(catalog, clock.clone(), AccessLog::new(Box::new(log.clone()))));
+        let gateway = Arc::new(Gateway::new(
+            catalog,
+            clock.clone(),
+            AccessLog::new(Box::new(log.clone())),
+        ));
         let running = start(&config, gateway).await.expect("gateway starts");
-        TestGateway { running, log, clock }
+        TestGateway {
+            running,
+            log,
+            clock,
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -162,7 +174,12 @@ impl TestGateway {
             }
         })
         .await;
-        waited.unwrap_or_else(|_| panic!("expected {count} access log lines, have {:?}", self.log.lines()))
+        waited.unwrap_or_else(|_| {
+            panic!(
+                "expected {count} access log lines, have {:?}",
+                self.log.lines()
+            )
+        })
     }
 
     /// The value of one metric sample, e.g. `sluice_requests_total{key="alpha",...}`.
@@ -170,7 +187,11 @@ impl TestGateway {
         let text = String::from_utf8(self.gateway().metrics.render()).unwrap();
         text.lines()
             .filter(|l| !l.starts_with('#'))
-            .find_map(|l| l.rsplit_once(' ').filter(|(name, _)| *name == series).map(|(_, v)| v.parse().unwrap()))
+            .find_map(|l| {
+                l.rsplit_once(' ')
+                    .filter(|(name, _)| *name == series)
+                    .map(|(_, v)| v.parse().unwrap())
+            })
             .unwrap_or(0.0)
     }
 }

@@ -24,9 +24,19 @@ pub enum StreamEnd {
 /// What the mock answers to one request.
 #[derive(Clone, Debug)]
 pub enum Reply {
-    Json { status: u16, headers: Vec<(String, String)>, body: String, delay: Duration, close: bool },
+    Json {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+        delay: Duration,
+        close: bool,
+    },
     /// `events` are sent as `data: <event>\n\n`, each after its delay.
-    Sse { events: Vec<(Duration, String)>, end: StreamEnd, close: bool },
+    Sse {
+        events: Vec<(Duration, String)>,
+        end: StreamEnd,
+        close: bool,
+    },
     /// Read the request, then close the connection without a byte of answer.
     CloseAfterReading,
     /// Answer bytes that are not HTTP.
@@ -37,14 +47,32 @@ pub enum Reply {
 
 impl Reply {
     pub fn json(status: u16, body: &str) -> Reply {
-        Reply::Json { status, headers: vec![], body: body.to_string(), delay: Duration::ZERO, close: false }
+        Reply::Json {
+            status,
+            headers: vec![],
+            body: body.to_string(),
+            delay: Duration::ZERO,
+            close: false,
+        }
     }
 
     pub fn with_header(self, name: &str, value: &str) -> Reply {
         match self {
-            Reply::Json { status, mut headers, body, delay, close } => {
+            Reply::Json {
+                status,
+                mut headers,
+                body,
+                delay,
+                close,
+            } => {
                 headers.push((name.into(), value.into()));
-                Reply::Json { status, headers, body, delay, close }
+                Reply::Json {
+                    status,
+                    headers,
+                    body,
+                    delay,
+                    close,
+                }
             }
             other => other,
         }
@@ -68,7 +96,11 @@ impl Reply {
             })
             .collect();
         events.push((Duration::ZERO, "[DONE]".into()));
-        Reply::Sse { events, end: StreamEnd::Done, close: false }
+        Reply::Sse {
+            events,
+            end: StreamEnd::Done,
+            close: false,
+        }
     }
 }
 
@@ -85,7 +117,10 @@ pub struct Recorded {
 
 impl Recorded {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -107,7 +142,9 @@ pub struct MockUpstream {
 
 impl MockUpstream {
     pub async fn start() -> MockUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind mock upstream");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let accept_state = Arc::clone(&state);
@@ -161,18 +198,25 @@ impl MockUpstream {
             }
         })
         .await;
-        assert!(waited.is_ok(), "mock upstream: timed out waiting for {what}");
+        assert!(
+            waited.is_ok(),
+            "mock upstream: timed out waiting for {what}"
+        );
     }
 }
 
 async fn serve_connection(mut socket: TcpStream, index: usize, state: Arc<State>) {
     let mut buffer = Vec::new();
     loop {
-        let Some(request) = read_request(&mut socket, &mut buffer, index).await else { return };
+        let Some(request) = read_request(&mut socket, &mut buffer, index).await else {
+            return;
+        };
         state.requests.lock().unwrap().push(request);
         state.changed.notify_waiters();
         let reply = state.queue.lock().unwrap().pop_front();
-        let reply = reply.or_else(|| state.default.lock().unwrap().clone()).unwrap_or_else(Reply::completion);
+        let reply = reply
+            .or_else(|| state.default.lock().unwrap().clone())
+            .unwrap_or_else(Reply::completion);
         let keep_open = answer(&mut socket, reply, &state).await;
         if !keep_open {
             return;
@@ -183,17 +227,27 @@ async fn serve_connection(mut socket: TcpStream, index: usize, state: Arc<State>
 /// Writes the reply; returns whether the connection may carry another request.
 async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
     match reply {
-        Reply::Json { status, headers, body, delay, close } => {
+        Reply::Json {
+            status,
+            headers,
+            body,
+            delay,
+            close,
+        } => {
             if wait_or_closed(socket, delay).await {
                 abandoned(state);
                 return false;
             }
-            let mut head = format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
+            let mut head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+                body.len()
+            );
             for (name, value) in headers {
                 head.push_str(&format!("{name}: {value}\r\n"));
             }
             head.push_str("\r\n");
-            let sent = socket.write_all(head.as_bytes()).await.is_ok() && socket.write_all(body.as_bytes()).await.is_ok();
+            let sent = socket.write_all(head.as_bytes()).await.is_ok()
+                && socket.write_all(body.as_bytes()).await.is_ok();
             sent && !close
         }
         Reply::Sse { events, end, close } => {
@@ -225,7 +279,9 @@ async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
         }
         Reply::CloseAfterReading => false,
         Reply::Garbage => {
-            let _ = socket.write_all(b"this is not an HTTP response\r\n\r\n").await;
+            let _ = socket
+                .write_all(b"this is not an HTTP response\r\n\r\n")
+                .await;
             false
         }
         Reply::Silent => {
@@ -253,7 +309,11 @@ async fn wait_or_closed(socket: &mut TcpStream, delay: Duration) -> bool {
     }
 }
 
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>, connection: usize) -> Option<Recorded> {
+async fn read_request(
+    socket: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    connection: usize,
+) -> Option<Recorded> {
     let head_end = loop {
         if let Some(end) = find(buffer, b"\r\n\r\n") {
             break end + 4;
@@ -270,8 +330,16 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>, connection: 
     parsed.parse(&buffer[..head_end]).ok()?;
     let method = parsed.method?.to_string();
     let path = parsed.path?.to_string();
-    let headers: Vec<(String, String)> =
-        parsed.headers.iter().map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned())).collect();
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
     let length: usize = headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
@@ -287,7 +355,13 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>, connection: 
         buffer.extend_from_slice(&chunk[..n]);
     }
     let body: Vec<u8> = buffer.drain(..length).collect();
-    Some(Recorded { method, path, headers, body, connection })
+    Some(Recorded {
+        method,
+        path,
+        headers,
+        body,
+        connection,
+    })
 }
 
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -1,12 +1,14 @@
 //! Shared test fixtures: a mock upstream that speaks HTTP/1.1 (JSON and SSE, delays,
 //! failures, a record of what it got), a raw HTTP client, and a gateway started in-process
 //! on ephemeral ports.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod client;
 pub mod gateway;
 pub mod mock;
+pub mod process;
 
 pub use client::*;
 pub use gateway::*;
 pub use mock::*;
+pub use process::*;

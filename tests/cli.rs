@@ -1,0 +1,159 @@
+//! The `sluice` command line: `check`, `key`, and the shipped demo configuration served by
+//! the real binary.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn shipped_config() -> String {
+    format!("{}/gateway.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_shipped_configuration_passes_check() {
+    let output = sluice(&["check", "--config", &shipped_config()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("OK"));
+}
+
+#[test]
+fn check_lists_every_error_with_its_key_path_and_fails() {
+    let dir = temp_dir("check");
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        r#"
+listen: 127.0.0.1:8080
+upstreams:
+  - name: a
+    url: ftp://nowhere
+  - name: b
+    url: http://127.0.0.1:1/v1
+    colour: blue
+  - name: c
+    url: http://127.0.0.1:1/v1
+    api_key_env: SLUICE_TEST_SURELY_UNSET_VARIABLE
+    first_byte_timeout: soon
+models:
+  - id: m
+    upstream: nobody
+    capabilities: [telepathy]
+keys:
+  - name: k
+    sha256: not-a-hash
+"#,
+    )
+    .unwrap();
+    let output = sluice(&["check", "--config", path.to_str().unwrap()]);
+    assert!(!output.status.success(), "check fails on errors");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "upstreams[0].url",
+        "upstreams[1].colour: unknown field `colour`",
+        "upstreams[2].api_key_env: environment variable SLUICE_TEST_SURELY_UNSET_VARIABLE is not set",
+        "upstreams[2].first_byte_timeout",
+        "models[0].upstream: no upstream is named 'nobody'",
+        "models[0].capabilities[0]",
+        "keys[0].sha256",
+    ] {
+        assert!(errors.contains(expected), "check names `{expected}`:\n{errors}");
+    }
+    assert!(errors.contains("bad.yaml"), "errors name the file");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn key_prints_a_key_and_its_matching_hash_line() {
+    let output = sluice(&["key", "--name", "team-a"]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let key = text
+        .lines()
+        .find_map(|l| l.strip_prefix("key:"))
+        .unwrap()
+        .trim();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("config:"))
+        .unwrap()
+        .trim();
+    assert!(
+        key.starts_with("sk-sluice-") && key.len() >= 40,
+        "a long random key: {key}"
+    );
+    let parsed: serde_yaml::Value = serde_yaml::from_str(line).expect("the config line is YAML");
+    assert_eq!(parsed[0]["name"].as_str(), Some("team-a"));
+    assert_eq!(parsed[0]["sha256"].as_str(), Some(key_hash(key).as_str()));
+    let again = sluice(&["key"]);
+    assert_ne!(
+        String::from_utf8(again.stdout).unwrap(),
+        text,
+        "keys are random"
+    );
+}
+
+/// A port that was free a moment ago (the demo's echo backend needs a known port).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
+    let dir = temp_dir("demo");
+    let echo_port = free_port();
+    let yaml = std::fs::read_to_string(shipped_config())
+        .unwrap()
+        .replace("127.0.0.1:8080", "127.0.0.1:0")
+        .replace("127.0.0.1:9090", "127.0.0.1:0")
+        .replace("127.0.0.1:9901", &format!("127.0.0.1:{echo_port}"));
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let process = GatewayProcess::start(&path, &[]);
+    let demo_key = "sk-sluice-demo";
+    let body = r#"{"model":"echo","messages":[{"role":"user","content":"hello through sluice"}]}"#;
+    let answer = chat(process.addr, demo_key, body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.json()["choices"][0]["message"]["content"],
+        "hello through sluice"
+    );
+    let mut stream = EventStream::open(
+        process.addr,
+        demo_key,
+        &body.replace("\"model\"", "\"stream\":true,\"model\""),
+    )
+    .await;
+    let events = stream.rest().await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| {
+            serde_json::from_str::<serde_json::Value>(e).unwrap()["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(text, "hello through sluice");
+    let models = get(process.addr, "/v1/models", Some(demo_key)).await.json();
+    assert_eq!(models["data"][0]["id"], "echo");
+    let (code, stdout, _) = process.stop();
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout.lines().count(), 3, "three access log lines");
+    let _ = std::fs::remove_dir_all(dir);
+}
