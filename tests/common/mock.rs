@@ -43,6 +43,8 @@ pub enum Reply {
     Garbage,
     /// Read the request and never answer.
     Silent,
+    /// A chat completion, sent only once the test calls [`MockUpstream::open_gate`].
+    Gated,
 }
 
 impl Reply {
@@ -124,7 +126,6 @@ impl Recorded {
     }
 }
 
-#[derive(Default)]
 struct State {
     queue: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
@@ -133,6 +134,7 @@ struct State {
     /// Connections the gateway closed while the mock was still answering.
     abandoned: AtomicUsize,
     changed: Notify,
+    gate: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct MockUpstream {
@@ -146,7 +148,15 @@ impl MockUpstream {
             .await
             .expect("bind mock upstream");
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            queue: Mutex::default(),
+            default: Mutex::default(),
+            requests: Mutex::default(),
+            connections: AtomicUsize::default(),
+            abandoned: AtomicUsize::default(),
+            changed: Notify::new(),
+            gate: tokio::sync::watch::channel(false).0,
+        });
         let accept_state = Arc::clone(&state);
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
@@ -170,6 +180,11 @@ impl MockUpstream {
     /// The reply once the queue is empty (a chat completion unless set).
     pub fn set_default(&self, reply: Reply) {
         *self.state.default.lock().unwrap() = Some(reply);
+    }
+
+    /// Lets every [`Reply::Gated`] answer go.
+    pub fn open_gate(&self) {
+        self.state.gate.send_replace(true);
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -288,6 +303,11 @@ async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
             wait_or_closed(socket, Duration::from_secs(30)).await;
             abandoned(state);
             false
+        }
+        Reply::Gated => {
+            let mut gate = state.gate.subscribe();
+            let _ = gate.wait_for(|open| *open).await;
+            Box::pin(answer(socket, Reply::completion(), state)).await
         }
     }
 }
