@@ -127,16 +127,31 @@ pub struct TestGateway {
 }
 
 impl TestGateway {
+    /// With the limiter on a [`ManualClock`] the test moves (`self.clock`).
     pub async fn start(yaml: &str) -> TestGateway {
+        let clock = Arc::new(ManualClock::default());
+        Self::launch(yaml, clock.clone(), clock).await
+    }
+
+    /// With the limiter on `limiter_clock` (a real one for clients that sleep, like the
+    /// SDKs); `self.clock` then moves nothing.
+    pub async fn start_with_clock(yaml: &str, limiter_clock: Arc<dyn Clock>) -> TestGateway {
+        Self::launch(yaml, limiter_clock, Arc::new(ManualClock::default())).await
+    }
+
+    async fn launch(
+        yaml: &str,
+        limiter_clock: Arc<dyn Clock>,
+        clock: Arc<ManualClock>,
+    ) -> TestGateway {
         let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
         let config = sluice::config::parse("test.yaml", yaml, None, &env)
             .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
         let catalog = Catalog::build(&config, 1).expect("catalog builds");
         let log = SharedLog::default();
-        let clock = Arc::new(ManualClock::default());
         let gateway = Arc::new(Gateway::new(
             catalog,
-            clock.clone(),
+            limiter_clock,
             AccessLog::new(Box::new(log.clone())),
         ));
         let running = start(&config, gateway).await.expect("gateway starts");

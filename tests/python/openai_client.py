@@ -76,6 +76,27 @@ def check_request_id():
     assert raw.parse()._request_id == raw.headers["x-request-id"]
 
 
+def check_rate_limit_retry():
+    """Run against a key limited to 60 requests a minute with a burst of 1."""
+    import time
+
+    body = dict(model="echo-model", messages=[{"role": "user", "content": "limited"}])
+    client().chat.completions.create(**body)
+    try:
+        client(max_retries=0).chat.completions.create(**body)
+    except openai.RateLimitError as error:
+        assert error.code == "rate_limit_exceeded", error.body
+        assert int(error.response.headers["retry-after-ms"]) <= 1000, dict(error.response.headers)
+    else:
+        raise AssertionError("expected RateLimitError without retries")
+    started = time.monotonic()
+    completion = client(max_retries=2).chat.completions.create(**body)
+    waited = time.monotonic() - started
+    assert completion.choices[0].message.content == "limited", completion
+    # The SDK slept for our retry-after-ms, then was admitted.
+    assert 0.5 <= waited < 5, waited
+
+
 CHECKS = [
     check_models,
     check_completion,
@@ -85,10 +106,13 @@ CHECKS = [
     check_request_id,
 ]
 
+# Checks that need their own gateway settings; run only when named.
+NAMED_ONLY = [check_rate_limit_retry]
+
 if __name__ == "__main__":
     only = sys.argv[1:]
-    for check in CHECKS:
-        if only and check.__name__ not in only:
+    for check in CHECKS + NAMED_ONLY:
+        if (only and check.__name__ not in only) or (not only and check in NAMED_ONLY):
             continue
         check()
         print(f"ok {check.__name__}")
