@@ -1,0 +1,144 @@
+//! Criterion benches for the request path's own work: key lookup, admission (key lookup +
+//! rate + concurrency) with 10,000 keys on one thread and two, model extraction from
+//! bodies of 1 KiB to 1 MiB, rendering `/v1/models` for 500 models, and error rendering.
+//!
+//! Run: `cargo bench --bench hot_path`. Results and the machine: `benches/README.md`.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use sluice::auth::authenticate;
+use sluice::catalog::Catalog;
+use sluice::error::RequestError;
+use sluice::limits::{Admission, Limiter, MonotonicClock};
+use sluice::request_body::inspect;
+use sluice::respond::error_response;
+use sluice::secret::KeyHash;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEYS: usize = 10_000;
+const MODELS: usize = 500;
+
+fn key(i: usize) -> String {
+    format!("sk-bench-{i:08}-padding-to-a-realistic-length")
+}
+
+/// A catalog of 500 models and 10,000 keys, each limited by rate and concurrency (limits
+/// high enough that the bench never hits them: the full check runs, nothing is refused).
+fn catalog() -> Catalog {
+    let mut yaml =
+        String::from("upstreams:\n  - {name: up, url: \"http://127.0.0.1:9/v1\"}\nmodels:\n");
+    for m in 0..MODELS {
+        yaml.push_str(&format!(
+            "  - {{id: model-{m}, upstream: up, capabilities: [streaming]}}\n"
+        ));
+    }
+    yaml.push_str("keys:\n");
+    for k in 0..KEYS {
+        let hash = KeyHash::of(key(k).as_bytes()).to_hex();
+        yaml.push_str(&format!(
+            "  - {{name: key-{k}, sha256: {hash}, requests_per_minute: 4000000000, max_concurrent: 64}}\n"
+        ));
+    }
+    let config = sluice::config::parse("bench.yaml", &yaml, None, &|_| None).expect("bench config");
+    Catalog::build(&config, 1).expect("bench catalog")
+}
+
+fn headers() -> Vec<Vec<u8>> {
+    (0..KEYS)
+        .map(|k| format!("Bearer {}", key(k)).into_bytes())
+        .collect()
+}
+
+/// One admission as the request path does it: authenticate, then rate and concurrency;
+/// the permit is dropped at once (the request ended).
+fn admit(catalog: &Catalog, limiter: &Limiter, header: &[u8]) {
+    let key = authenticate(catalog, Some(header)).expect("known key");
+    match limiter.admit(&key) {
+        Admission::Allowed { permit, .. } => drop(black_box(permit)),
+        Admission::Denied { error, .. } => panic!("bench key refused: {error:?}"),
+    }
+}
+
+fn admission(c: &mut Criterion) {
+    let catalog = Arc::new(catalog());
+    let limiter = Arc::new(Limiter::new(Arc::new(MonotonicClock::new())));
+    let headers = Arc::new(headers());
+    let mut group = c.benchmark_group("admission");
+    group.bench_function("key_lookup", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(authenticate(&catalog, Some(&headers[i])).is_ok())
+        })
+    });
+    group.bench_function("one_thread", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            admit(&catalog, &limiter, &headers[i]);
+        })
+    });
+    // Two threads admitting at once; the time reported is wall time per admission.
+    for (name, same_key) in [
+        ("two_threads_distinct_keys", false),
+        ("two_threads_one_key", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                let workers: Vec<_> = (0..2)
+                    .map(|t| {
+                        let (catalog, limiter, headers) =
+                            (catalog.clone(), limiter.clone(), headers.clone());
+                        std::thread::spawn(move || {
+                            for n in 0..iters as usize {
+                                let i = if same_key { 7 } else { (n * 2 + t) % KEYS };
+                                admit(&catalog, &limiter, &headers[i]);
+                            }
+                        })
+                    })
+                    .collect();
+                for worker in workers {
+                    worker.join().unwrap();
+                }
+                start.elapsed() / 2
+            })
+        });
+    }
+    group.finish();
+}
+
+fn body_of(size: usize) -> Vec<u8> {
+    let filler = "w".repeat(size.saturating_sub(120));
+    format!(r#"{{"messages":[{{"role":"user","content":"{filler}"}}],"model":"model-42","stream":true}}"#).into_bytes()
+}
+
+fn model_extraction(c: &mut Criterion) {
+    let mut group = c.benchmark_group("model_extraction");
+    for size in [1 << 10, 64 << 10, 1 << 20] {
+        let body = body_of(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(size), &body, |b, body| {
+            b.iter(|| black_box(inspect(body).expect("valid body")))
+        });
+    }
+    group.finish();
+}
+
+fn rendering(c: &mut Criterion) {
+    let catalog = catalog();
+    let key = authenticate(&catalog, Some(format!("Bearer {}", key(0)).as_bytes())).unwrap();
+    c.bench_function("render_models_500", |b| {
+        b.iter(|| black_box(catalog.render_list(&key)))
+    });
+    let error = RequestError::RateLimited {
+        retry_after: Duration::from_millis(1500),
+    };
+    c.bench_function("render_error_429", |b| {
+        b.iter(|| black_box(error_response(&error)))
+    });
+}
+
+criterion_group!(benches, admission, model_extraction, rendering);
+criterion_main!(benches);
