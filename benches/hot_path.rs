@@ -41,7 +41,7 @@ fn catalog() -> Catalog {
         ));
     }
     let config = sluice::config::parse("bench.yaml", &yaml, None, &|_| None).expect("bench config");
-    Catalog::build(&config, 1).expect("bench catalog")
+    Catalog::build(&config, 1)
 }
 
 fn headers() -> Vec<Vec<u8>> {

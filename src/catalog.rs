@@ -1,12 +1,11 @@
 //! The catalog snapshot: upstreams (addresses resolved), models and keys, immutable once
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
-use crate::config::{Config, ConfigError, ConfigErrors, KeyConfig, UpstreamConfig};
+use crate::config::{Config, KeyConfig, UpstreamConfig};
 use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +51,8 @@ pub struct Model {
 pub struct Key {
     pub name: String,
     pub enabled: bool,
-    patterns: Option<Vec<String>>,
+    /// Glob patterns over model IDs, as characters; `None` means every model.
+    patterns: Option<Vec<Vec<char>>>,
     pub requests_per_minute: Option<NonZeroU32>,
     pub burst: Option<NonZeroU32>,
     pub max_concurrent: Option<NonZeroU32>,
@@ -63,9 +63,10 @@ impl Key {
     pub fn may_use(&self, model_id: &str) -> bool {
         match &self.patterns {
             None => true,
-            Some(patterns) => patterns
-                .iter()
-                .any(|p| glob_matches(p.as_bytes(), model_id.as_bytes())),
+            Some(patterns) => {
+                let id: Vec<char> = model_id.chars().collect();
+                patterns.iter().any(|pattern| glob_matches(pattern, &id))
+            }
         }
     }
 }
@@ -88,22 +89,13 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Builds a snapshot, resolving every upstream host name now (never on the request path).
-    pub fn build(config: &Config, generation: u64) -> Result<Catalog, ConfigErrors> {
-        let mut errors = Vec::new();
-        let mut upstreams = Vec::new();
-        for (i, upstream) in config.upstreams.iter().enumerate() {
-            match build_upstream(upstream) {
-                Ok(u) => upstreams.push(Arc::new(u)),
-                Err(message) => errors.push(ConfigError {
-                    path: format!("upstreams[{i}].url"),
-                    message,
-                }),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ConfigErrors(errors));
-        }
+    /// Builds a snapshot from a validated configuration (addresses already resolved).
+    pub fn build(config: &Config, generation: u64) -> Catalog {
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .map(|u| Arc::new(build_upstream(u)))
+            .collect();
         let by_name: HashMap<&str, &Arc<Upstream>> =
             upstreams.iter().map(|u| (u.name.as_str(), u)).collect();
         let models: Vec<Arc<Model>> = config
@@ -146,7 +138,7 @@ impl Catalog {
             .iter()
             .map(|k| (k.hash, Arc::new(build_key(k))))
             .collect();
-        Ok(Catalog {
+        Catalog {
             generation,
             environment: config.environment.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -157,7 +149,7 @@ impl Catalog {
             models,
             model_index,
             keys,
-        })
+        }
     }
 
     /// Whether a key of this name exists (limit state of others can go).
@@ -223,14 +215,17 @@ fn build_key(key: &KeyConfig) -> Key {
     Key {
         name: key.name.clone(),
         enabled: key.enabled,
-        patterns: key.models.clone(),
+        patterns: key
+            .models
+            .as_ref()
+            .map(|list| list.iter().map(|p| p.chars().collect()).collect()),
         requests_per_minute: key.requests_per_minute,
         burst: key.burst,
         max_concurrent: key.max_concurrent,
     }
 }
 
-fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
+fn build_upstream(config: &UpstreamConfig) -> Upstream {
     let url = &config.url;
     let tls = url.scheme_str() == Some("https");
     let host = url
@@ -239,12 +234,7 @@ fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let addr: SocketAddr = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{host} resolves to no address"))?;
+    let addr = config.addr;
     let mut peer = HttpPeer::new(addr, tls, host.clone());
     peer.options.connection_timeout = Some(config.connect_timeout);
     peer.options.total_connection_timeout = Some(config.connect_timeout);
@@ -254,7 +244,7 @@ fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
         .authority()
         .map(|a| a.as_str().to_string())
         .unwrap_or_default();
-    Ok(Upstream {
+    Upstream {
         name: config.name.clone(),
         peer,
         host_header: authority.clone(),
@@ -263,18 +253,18 @@ fn build_upstream(config: &UpstreamConfig) -> Result<Upstream, String> {
         credential: config.credential.clone(),
         first_byte_timeout: config.first_byte_timeout,
         idle_timeout: config.idle_timeout,
-    })
+    }
 }
 
 /// `*` matches any run of characters, `?` exactly one; everything else matches itself.
-fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+fn glob_matches(pattern: &[char], text: &[char]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut backtrack: Option<(usize, usize)> = None;
     while t < text.len() {
-        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
             p += 1;
             t += 1;
-        } else if p < pattern.len() && pattern[p] == b'*' {
+        } else if p < pattern.len() && pattern[p] == '*' {
             backtrack = Some((p, t));
             p += 1;
         } else if let Some((star, matched)) = backtrack {
@@ -285,7 +275,7 @@ fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
             return false;
         }
     }
-    pattern[p..].iter().all(|&c| c == b'*')
+    pattern[p..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]
@@ -305,13 +295,12 @@ mod tests {
             ("a*b*c", "axxbyy", false),
             ("exact", "exact", true),
             ("exact", "exactly", false),
+            ("mod?l-é", "modèl-é", true),
         ];
         for (pattern, text, expected) in cases {
-            assert_eq!(
-                glob_matches(pattern.as_bytes(), text.as_bytes()),
-                expected,
-                "{pattern} vs {text}"
-            );
+            let (p, t): (Vec<char>, Vec<char>) =
+                (pattern.chars().collect(), text.chars().collect());
+            assert_eq!(glob_matches(&p, &t), expected, "{pattern} vs {text}");
         }
     }
 

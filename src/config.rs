@@ -61,6 +61,8 @@ pub struct Config {
 pub struct UpstreamConfig {
     pub name: String,
     pub url: http::Uri,
+    /// The URL's host, resolved when the configuration was loaded.
+    pub addr: SocketAddr,
     pub credential: Option<Secret>,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
@@ -312,7 +314,12 @@ pub fn parse(
             0
         }),
     };
-    if max_body_bytes == 0 {
+    if max_body_bytes == 0
+        && !errors
+            .list
+            .iter()
+            .any(|e| e.path.ends_with("max_body_bytes"))
+    {
         errors.push("max_body_bytes", "must be greater than zero");
     }
     let hosts = raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
@@ -349,45 +356,35 @@ pub fn parse(
         .echo_upstream
         .and_then(|echo| socket_addr(&mut errors, "echo_upstream.listen", &echo.listen));
 
-    let upstreams: Vec<UpstreamConfig> = raw
-        .upstreams
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, value)| {
-            let path = format!("upstreams[{i}]");
-            let raw = errors.item::<RawUpstream>(&path, value)?;
-            upstream(&mut errors, &path, raw, env)
-        })
-        .collect();
+    // Names are checked on every item that parsed, valid or not, so one bad upstream
+    // does not also turn up as "no upstream named ..." in each model that uses it.
+    let raw_upstreams: Vec<(String, RawUpstream)> = items(&mut errors, "upstreams", raw.upstreams);
+    let upstream_names: Vec<&str> = raw_upstreams.iter().map(|(_, u)| u.name.as_str()).collect();
     check_unique(
         &mut errors,
         "upstreams",
-        upstreams.iter().map(|u| u.name.as_str()),
+        upstream_names.iter().copied(),
         "name",
     );
-
-    let models: Vec<ModelConfig> = raw
-        .models
+    let declared: Vec<String> = upstream_names.iter().map(|n| n.to_string()).collect();
+    let upstreams: Vec<UpstreamConfig> = raw_upstreams
         .into_iter()
-        .enumerate()
-        .filter_map(|(i, value)| {
-            let path = format!("models[{i}]");
-            let raw = errors.item::<RawModel>(&path, value)?;
-            model(&mut errors, &path, raw, &upstreams)
-        })
+        .filter_map(|(path, raw)| upstream(&mut errors, &path, raw, env))
         .collect();
+
+    let raw_models: Vec<(String, RawModel)> = items(&mut errors, "models", raw.models);
     check_unique(
         &mut errors,
         "models",
-        models.iter().map(|m| m.id.as_str()),
+        raw_models.iter().map(|(_, m)| m.id.as_str()),
         "id",
     );
-
-    let mut key_values = raw
-        .keys
+    let models: Vec<ModelConfig> = raw_models
         .into_iter()
-        .map(|v| ("keys".to_string(), v))
-        .collect::<Vec<_>>();
+        .filter_map(|(path, raw)| model(&mut errors, &path, raw, &declared))
+        .collect();
+
+    let mut key_list = parse_keys(&mut errors, raw.keys);
     if let Some((keys_name, keys_text)) = keys {
         if raw.keys_file.is_none() {
             errors.push(
@@ -395,29 +392,26 @@ pub fn parse(
                 "a keys file was given but the configuration names none",
             );
         }
+        // Errors inside the keys file name that file, not the configuration.
+        let mut file_errors = Errors {
+            file: keys_name.to_string(),
+            list: Vec::new(),
+        };
         match serde_path_to_error::deserialize::<_, RawKeysFile>(
             serde_yaml::Deserializer::from_str(keys_text),
         ) {
-            Ok(file) => key_values.extend(
-                file.keys
-                    .into_iter()
-                    .map(|v| (format!("{keys_name}: keys"), v)),
-            ),
-            Err(error) => errors.push(
-                format!("{keys_name}: {}", error.path()),
-                error.into_inner().to_string(),
-            ),
+            Ok(file) => key_list.extend(parse_keys(&mut file_errors, file.keys)),
+            Err(error) => {
+                let path = error.path().to_string();
+                file_errors.push(
+                    if path == "." { String::new() } else { path },
+                    error.into_inner().to_string(),
+                )
+            }
         }
+        errors.list.extend(file_errors.list);
     }
-    let keys: Vec<KeyConfig> = key_values
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, (prefix, value))| {
-            let path = format!("{prefix}[{i}]");
-            let raw = errors.item::<RawKey>(&path, value)?;
-            key(&mut errors, &path, raw)
-        })
-        .collect();
+    let keys = key_list;
     check_unique(
         &mut errors,
         "keys",
@@ -454,6 +448,30 @@ pub fn parse(
     })
 }
 
+fn parse_keys(errors: &mut Errors, values: Vec<serde_yaml::Value>) -> Vec<KeyConfig> {
+    let raw_keys: Vec<(String, RawKey)> = items(errors, "keys", values);
+    raw_keys
+        .into_iter()
+        .filter_map(|(path, raw)| key(errors, &path, raw))
+        .collect()
+}
+
+/// Parses each item of a list on its own, with its path (`upstreams[2]`).
+fn items<T: DeserializeOwned>(
+    errors: &mut Errors,
+    list: &str,
+    values: Vec<serde_yaml::Value>,
+) -> Vec<(String, T)> {
+    values
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, value)| {
+            let path = format!("{list}[{i}]");
+            errors.item::<T>(&path, value).map(|item| (path, item))
+        })
+        .collect()
+}
+
 fn upstream(
     errors: &mut Errors,
     path: &str,
@@ -485,6 +503,14 @@ fn upstream(
             None
         }
     };
+    // Resolved now, never on the request path (and again on every reload).
+    let addr = url.as_ref().and_then(|url| match resolve(url) {
+        Ok(addr) => Some(addr),
+        Err(message) => {
+            errors.push(format!("{path}.url"), message);
+            None
+        }
+    });
     let credential = match &raw.api_key_env {
         None => None,
         Some(name) => match env(name) {
@@ -522,6 +548,7 @@ fn upstream(
     Some(UpstreamConfig {
         name: raw.name,
         url: url?,
+        addr: addr?,
         credential,
         connect_timeout,
         first_byte_timeout,
@@ -533,7 +560,7 @@ fn model(
     errors: &mut Errors,
     path: &str,
     raw: RawModel,
-    upstreams: &[UpstreamConfig],
+    upstreams: &[String],
 ) -> Option<ModelConfig> {
     let before = errors.list.len();
     if raw.id.is_empty() || raw.id.chars().any(|c| c.is_control() || c.is_whitespace()) {
@@ -583,7 +610,7 @@ fn model(
             } else {
                 format!("{path}.targets[{i}]")
             };
-            if !upstreams.iter().any(|u| u.name == target.upstream) {
+            if !upstreams.contains(&target.upstream) {
                 errors.push(
                     format!("{target_path}.upstream"),
                     format!("no upstream is named '{}'", target.upstream),
@@ -679,6 +706,20 @@ fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
         burst,
         max_concurrent,
     })
+}
+
+/// The first address the URL's host resolves to (default port by scheme).
+fn resolve(url: &http::Uri) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let tls = url.scheme_str() == Some("https");
+    let host = url.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} resolves to no address"))
 }
 
 /// Names become metric labels and log fields: keep them short and plain.

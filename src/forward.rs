@@ -29,8 +29,6 @@ pub struct Exchange {
     pub bytes_out: usize,
     /// The response was an SSE stream.
     pub event_stream: bool,
-    /// An upstream `Retry-After` passed through with a 429.
-    pub upstream_retry_after: Option<String>,
 }
 
 /// Why an exchange did not deliver a whole response.
@@ -113,7 +111,6 @@ pub async fn forward(
             RequestError::UpstreamAuthFailed,
         ));
     }
-    exchange.upstream_retry_after = crate::upstream::retry_after(&response).map(str::to_owned);
     let gateway_ms = (sent_at - request_started).as_secs_f64() * 1000.0;
     let timing = format!(
         "gateway;dur={gateway_ms:.3}, upstream;dur={:.3}",
@@ -172,7 +169,7 @@ async fn attempt(
     };
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::forward", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
-        Attempt::Failed(RequestError::UpstreamUnavailable)
+        Attempt::Failed(upstream_failure(&e))
     })?;
     let mut connection = UpstreamSession::new_with_options(stream, peer);
     // Our own timeouts apply (first byte, idle gap), not a per-read one.
@@ -232,7 +229,9 @@ async fn attempt(
 fn upstream_failure(error: &Error) -> RequestError {
     match error.etype() {
         ErrorType::InvalidHTTPHeader | ErrorType::H1Error => RequestError::UpstreamProtocolError,
-        ErrorType::ReadTimedout | ErrorType::WriteTimedout => RequestError::UpstreamTimeout,
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            RequestError::UpstreamTimeout
+        }
         _ => RequestError::UpstreamUnavailable,
     }
 }

@@ -161,29 +161,34 @@ impl Limiter {
         let state = self.state(&key.name);
         let now = self.clock.now();
         let since_previous = record_previous(&state.previous_micros, now);
-        let rate = match key.requests_per_minute {
-            None => None,
-            Some(per_minute) => {
-                let burst = key.burst.unwrap_or(per_minute).get();
-                let mut tat = state.tat.lock().unwrap_or_else(|p| p.into_inner());
-                match gcra(&mut tat, now, per_minute.get(), burst) {
-                    Ok(status) => Some(status),
-                    Err((status, retry_after)) => {
-                        return Admission::Denied {
-                            error: RequestError::RateLimited { retry_after },
-                            rate: Some(status),
-                            since_previous,
-                        };
-                    }
+        // The rate step is committed only once the request is admitted, so a request refused
+        // for concurrency does not use up rate. No await happens while the lock is held.
+        let mut tat = state.tat.lock().unwrap_or_else(|p| p.into_inner());
+        let limits = key
+            .requests_per_minute
+            .map(|per_minute| (per_minute.get(), key.burst.unwrap_or(per_minute).get()));
+        let mut next_tat = None;
+        let mut rate = None;
+        if let Some((per_minute, burst)) = limits {
+            match gcra(*tat, now, per_minute, burst) {
+                Ok((next, status)) => (next_tat, rate) = (Some(next), Some(status)),
+                Err((status, retry_after)) => {
+                    let error = RequestError::RateLimited { retry_after };
+                    return Admission::Denied {
+                        error,
+                        rate: Some(status),
+                        since_previous,
+                    };
                 }
             }
-        };
+        }
         let mut permit = Permit::default();
         if let Some(limit) = key.max_concurrent {
             if !try_take(&state.in_flight, limit.get()) {
                 let error = RequestError::ConcurrencyLimited {
                     retry_after: CONCURRENCY_RETRY_HINT,
                 };
+                let rate = limits.map(|(per_minute, burst)| position(*tat, now, per_minute, burst));
                 return Admission::Denied {
                     error,
                     rate,
@@ -191,6 +196,9 @@ impl Limiter {
                 };
             }
             permit.slots.push(Arc::clone(&state.in_flight));
+        }
+        if let Some(next) = next_tat {
+            *tat = next;
         }
         Admission::Allowed {
             permit,
@@ -246,35 +254,37 @@ fn record_previous(previous: &AtomicU64, now: Duration) -> Option<Duration> {
     (before != 0).then(|| Duration::from_micros(now_micros.saturating_sub(before)))
 }
 
-/// The generic cell rate algorithm: `per_minute` sustained, `burst` at once. On success
-/// advances `tat`; on refusal returns how long until this request would pass.
+/// The generic cell rate algorithm: `per_minute` sustained, `burst` at once. Admitted: the
+/// new theoretical arrival time and the position after this request. Refused: the
+/// position and how long until this request would pass.
 fn gcra(
-    tat: &mut Duration,
+    tat: Duration,
     now: Duration,
     per_minute: u32,
     burst: u32,
-) -> Result<RateStatus, (RateStatus, Duration)> {
+) -> Result<(Duration, RateStatus), (RateStatus, Duration)> {
     let interval = Duration::from_secs(60) / per_minute;
     let window = interval * burst;
-    let start = (*tat).max(now);
-    let next = start + interval;
+    let next = tat.max(now) + interval;
     let ahead = next - now;
     if ahead > window {
-        let backlog = start - now;
-        let status = RateStatus {
-            limit: per_minute,
-            remaining: 0,
-            reset: backlog,
-        };
-        return Err((status, ahead - window));
+        return Err((position(tat, now, per_minute, burst), ahead - window));
     }
-    *tat = next;
-    let remaining = ((window - ahead).as_nanos() / interval.as_nanos()) as u32;
-    Ok(RateStatus {
+    Ok((next, position(next, now, per_minute, burst)))
+}
+
+/// Where a key stands with theoretical arrival time `tat`: requests left in the burst, and
+/// the time until the bucket is full.
+fn position(tat: Duration, now: Duration, per_minute: u32, burst: u32) -> RateStatus {
+    let interval = Duration::from_secs(60) / per_minute;
+    let window = interval * burst;
+    let backlog = tat.saturating_sub(now);
+    let remaining = (window.saturating_sub(backlog).as_nanos() / interval.as_nanos()) as u32;
+    RateStatus {
         limit: per_minute,
         remaining,
-        reset: ahead,
-    })
+        reset: backlog,
+    }
 }
 
 /// OpenAI's reset format: `1s`, `120ms`, `6m0s`, `1h2m3s`.
@@ -320,17 +330,20 @@ mod tests {
         let now = Duration::from_secs(100);
         // 60 per minute, burst 3: three at once, the fourth waits one second.
         for expected_remaining in [2, 1, 0] {
-            let status = gcra(&mut tat, now, 60, 3).expect("within burst");
+            let (next, status) = gcra(tat, now, 60, 3).expect("within burst");
             assert_eq!(status.remaining, expected_remaining);
+            tat = next;
         }
-        let (_, wait) = gcra(&mut tat, now, 60, 3).expect_err("burst used up");
+        let (status, wait) = gcra(tat, now, 60, 3).expect_err("burst used up");
         assert_eq!(wait, Duration::from_secs(1));
-        assert!(
-            gcra(&mut tat, now + wait - Duration::from_millis(1), 60, 3).is_err(),
-            "not a millisecond early"
+        assert_eq!(
+            (status.remaining, status.reset),
+            (0, Duration::from_secs(3))
         );
+        let early = now + wait - Duration::from_millis(1);
+        assert!(gcra(tat, early, 60, 3).is_err(), "not a millisecond early");
         assert!(
-            gcra(&mut tat, now + wait, 60, 3).is_ok(),
+            gcra(tat, now + wait, 60, 3).is_ok(),
             "admitted after exactly the wait"
         );
     }

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
 }
 
 fn check(path: &Path) -> ExitCode {
-    match load_files(path).and_then(|config| Catalog::build(&config, 1)) {
+    match load_files(path).map(|config| Catalog::build(&config, 1)) {
         Ok(catalog) => {
             println!(
                 "{}: OK ({} upstreams, generation {})",
@@ -120,13 +120,7 @@ fn run(path: &Path) -> ExitCode {
         }
     };
     sluice::logger::init(config.log_level);
-    let catalog = match Catalog::build(&config, 1) {
-        Ok(catalog) => catalog,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let catalog = Catalog::build(&config, 1);
     let result = runtime(config.threads).and_then(|rt| rt.block_on(serve(path, config, catalog)));
     exit_on(result)
 }

@@ -3,7 +3,7 @@
 //! | pingora phase          | our step                                                        |
 //! |------------------------|-----------------------------------------------------------------|
 //! | `new_ctx`              | start the clock; empty [`RequestContext`]                       |
-//! | `early_request_filter` | client timeouts and keep-alive bounds                           |
+//! | `early_request_filter` | load the catalog snapshot once; client read/write timeouts     |
 //! | `request_filter`       | [`Proxy::handle`]: host, route, key, limits, body, model,       |
 //! |                        | capabilities, then answer locally or [`forward`] upstream;      |
 //! |                        | always returns `Ok(true)`: the response is complete here         |
@@ -130,9 +130,11 @@ impl ProxyHttp for Proxy {
     async fn early_request_filter(
         &self,
         session: &mut Session,
-        _ctx: &mut RequestContext,
+        ctx: &mut RequestContext,
     ) -> Result<()> {
-        let timeout = self.gateway.catalog().client_timeout;
+        let catalog = self.gateway.catalog();
+        let timeout = catalog.client_timeout;
+        ctx.catalog = Some(catalog);
         session.set_read_timeout(Some(timeout));
         // A stalled reader must not hold its concurrency slot forever.
         session.set_write_timeout(Some(timeout));
@@ -218,8 +220,8 @@ impl ProxyHttp for Proxy {
 impl Proxy {
     /// The decisions of DESIGN §1 in their order, then the answer.
     async fn handle(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<(), Failure> {
-        let catalog = self.gateway.catalog();
-        ctx.catalog = Some(Arc::clone(&catalog));
+        // Loaded once in `early_request_filter`: the whole request sees one snapshot.
+        let catalog = Arc::clone(ctx.catalog.get_or_insert_with(|| self.gateway.catalog()));
         let request = session.req_header();
         ctx.request_id = crate::request_id::accept_or_generate(
             request.headers.get("x-request-id").map(|v| v.as_bytes()),

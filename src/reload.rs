@@ -31,8 +31,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
 /// or `None` when it was rejected (the reason is logged and counted).
 pub fn reload(gateway: &Gateway, path: &Path, running: &Config) -> Option<Config> {
     let generation = gateway.catalog().generation + 1;
-    let loaded = load_files(path)
-        .and_then(|config| Catalog::build(&config, generation).map(|catalog| (config, catalog)));
+    let loaded = load_files(path).map(|config| {
+        let catalog = Catalog::build(&config, generation);
+        (config, catalog)
+    });
     match loaded {
         Ok((config, catalog)) => {
             for setting in restart_only_changes(running, &config) {

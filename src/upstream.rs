@@ -123,14 +123,6 @@ pub fn is_event_stream(header: &ResponseHeader) -> bool {
     uncompressed && event_stream
 }
 
-/// `Retry-After` as a header value, if the upstream sent one.
-pub fn retry_after(header: &ResponseHeader) -> Option<&str> {
-    header
-        .headers
-        .get(header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-}
-
 fn connection_tokens<'a>(values: impl IntoIterator<Item = &'a http::HeaderValue>) -> Vec<String> {
     values
         .into_iter()

@@ -347,3 +347,40 @@ async fn every_gateway_error_is_counted_and_logged_with_its_code() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_connect_timeout_is_504_upstream_timeout() {
+    // A listener with a full accept queue: further connection attempts go unanswered.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(stream)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            fillers.push(stream);
+        }
+    }
+    let gw = TestGateway::start(&config(&format!("http://{addr}/v1"))).await;
+    let started = std::time::Instant::now();
+    let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(
+        response.error(),
+        (
+            504,
+            "upstream_error".into(),
+            "upstream_timeout".into(),
+            serde_json::Value::Null
+        )
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "after connect_timeout (1s)"
+    );
+    drop(listener);
+}

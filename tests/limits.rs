@@ -313,7 +313,7 @@ async fn limit_state_survives_a_reload_for_keys_that_remain() {
     let reload = |text: &str, generation| {
         let config = sluice::config::parse("t.yaml", text, None, &env).unwrap();
         gw.gateway()
-            .swap_catalog(sluice::catalog::Catalog::build(&config, generation).unwrap());
+            .swap_catalog(sluice::catalog::Catalog::build(&config, generation));
     };
     reload(
         &yaml.replace("environment: test", "environment: reloaded"),
@@ -339,5 +339,33 @@ async fn limit_state_survives_a_reload_for_keys_that_remain() {
             .status,
         401,
         "and the key is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_request_refused_for_concurrency_uses_no_rate() {
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::Gated);
+    let limits = "    requests_per_minute: 60\n    burst: 1\n    max_concurrent: 1";
+    let gw = TestGateway::start(&limited_config(&mock.url(), limits, "")).await;
+    let addr = gw.addr();
+    let held = tokio::spawn(async move { chat(addr, LIMITED, &chat_body("chat-model")).await });
+    mock.wait_until("the first request upstream", |m| m.requests().len() == 1)
+        .await;
+    gw.clock.advance(Duration::from_secs(1));
+    let refused = chat(addr, LIMITED, &chat_body("chat-model")).await;
+    assert_eq!(refused.error().2, "concurrency_limit_exceeded");
+    assert_eq!(
+        refused.header("x-ratelimit-remaining-requests"),
+        Some("1"),
+        "the refusal used no rate"
+    );
+    mock.open_gate();
+    assert_eq!(held.await.unwrap().status, 200);
+    gw.log_lines(2).await;
+    let next = chat(addr, LIMITED, &chat_body("chat-model")).await;
+    assert_eq!(
+        next.status, 200,
+        "the rate the refused request did not use is still there"
     );
 }

@@ -1,0 +1,161 @@
+//! Loading `gateway.yaml`: every error at once with its file and key path, the keys file,
+//! host names resolved at load, and every shipped example configuration.
+
+mod common;
+use common::*;
+use sluice::config::{load_files, parse};
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn errors_of(text: &str) -> Vec<String> {
+    match parse("g.yaml", text, None, &no_env) {
+        Ok(_) => panic!("expected errors"),
+        Err(errors) => errors
+            .0
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect(),
+    }
+}
+
+#[test]
+fn unknown_top_level_keys_are_rejected_with_their_path() {
+    let errors = errors_of("listen: 127.0.0.1:1\nlisten_port: 8080\n");
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].starts_with("g.yaml: listen_port: unknown field"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn all_item_errors_come_at_once_resolution_included() {
+    let text = r#"
+max_body_bytes: 8 lots
+upstreams:
+  - {name: a, url: "http://no-such-host.invalid/v1"}
+  - {name: "bad name", url: "http://127.0.0.1:1/v1", idle_timeout: "-1s"}
+models:
+  - {id: m, targets: [{upstream: a, weight: 0}]}
+  - {id: m, upstream: a}
+keys:
+  - {name: k, sha256: "abc", burst: 5}
+"#;
+    let errors = errors_of(text);
+    for expected in [
+        "g.yaml: max_body_bytes: '8 lots' is not a size",
+        "g.yaml: upstreams[0].url: cannot resolve no-such-host.invalid",
+        "g.yaml: upstreams[1].name: must be 1-64 characters",
+        "g.yaml: upstreams[1].idle_timeout",
+        "g.yaml: models[0].targets[0].weight: must be at least 1",
+        "g.yaml: models: two entries share the id m",
+        "g.yaml: keys[0].sha256",
+        "g.yaml: keys[0].burst: needs requests_per_minute",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "missing `{expected}` in {errors:#?}"
+        );
+    }
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|e| e.contains("max_body_bytes"))
+            .count(),
+        1,
+        "one error per problem"
+    );
+}
+
+#[test]
+fn the_keys_file_is_read_beside_the_config_and_its_errors_name_it() {
+    let dir = temp_dir("keys-file");
+    std::fs::create_dir_all(dir.join("secrets")).unwrap();
+    let main = dir.join("gateway.yaml");
+    let upstream = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\"}\nmodels:\n  - {id: m, upstream: u}\n";
+    std::fs::write(
+        &main,
+        format!(
+            "keys_file: secrets/keys.yaml\n{upstream}keys:\n  - {{name: inline, sha256: {}}}\n",
+            key_hash(ALPHA)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("secrets/keys.yaml"),
+        format!(
+            "keys:\n  - {{name: from-file, sha256: {}}}\n",
+            key_hash(BETA)
+        ),
+    )
+    .unwrap();
+    let config = load_files(&main).expect("valid with a keys file");
+    let names: Vec<&str> = config.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["inline", "from-file"]);
+
+    std::fs::write(
+        dir.join("secrets/keys.yaml"),
+        "keys:\n  - {name: broken, sha256: nope}\n",
+    )
+    .unwrap();
+    let errors = load_files(&main).unwrap_err().to_string();
+    let keys_path = dir.join("secrets/keys.yaml").display().to_string();
+    assert!(
+        errors.contains(&format!("{keys_path}: keys[0].sha256")),
+        "the keys file and its own index: {errors}"
+    );
+    assert!(
+        !errors.contains("gateway.yaml: "),
+        "not blamed on the main file: {errors}"
+    );
+
+    std::fs::remove_file(dir.join("secrets/keys.yaml")).unwrap();
+    let missing = load_files(&main).unwrap_err().to_string();
+    assert!(missing.contains("keys.yaml: cannot read"), "{missing}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_missing_credential_variable_is_an_error_not_an_empty_credential() {
+    let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", api_key_env: SLUICE_UNSET_FOR_TEST}\n";
+    let errors = errors_of(text);
+    assert!(errors[0].contains(
+        "upstreams[0].api_key_env: environment variable SLUICE_UNSET_FOR_TEST is not set"
+    ));
+    let empty = |_: &str| Some(String::new());
+    assert!(
+        parse("g.yaml", text, None, &empty).is_err(),
+        "an empty variable is refused too"
+    );
+}
+
+#[test]
+fn every_shipped_configuration_loads() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut checked = 0;
+    let mut pending = vec![std::path::PathBuf::from(root).join("deploy")];
+    let mut files = vec![std::path::PathBuf::from(root).join("gateway.yaml")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|n| n == "gateway.yaml") {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        // Example credentials are named, not present: give each named variable a value.
+        let env = |_: &str| Some("example-credential".to_string());
+        let keys = None;
+        if let Err(errors) = parse(&file.display().to_string(), &text, keys, &env) {
+            panic!("{} does not load:\n{errors}", file.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 1);
+}
