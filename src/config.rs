@@ -49,6 +49,8 @@ pub struct Config {
     pub max_concurrent: Option<NonZeroU32>,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,
+    /// How often the configuration and keys files are checked for changes.
+    pub watch_interval: Duration,
     pub log_level: log::LevelFilter,
     pub echo_upstream: Option<SocketAddr>,
     pub keys_file: Option<PathBuf>,
@@ -112,6 +114,7 @@ struct RawConfig {
     max_concurrent: Option<u32>,
     shutdown_grace: Option<String>,
     client_timeout: Option<String>,
+    watch_interval: Option<String>,
     log_level: Option<String>,
     echo_upstream: Option<RawEcho>,
     keys_file: Option<String>,
@@ -342,6 +345,12 @@ pub fn parse(
         raw.client_timeout.as_deref(),
         Duration::from_secs(60),
     );
+    let watch_interval = duration(
+        &mut errors,
+        "watch_interval",
+        raw.watch_interval.as_deref(),
+        Duration::from_millis(500),
+    );
     let log_level = match raw.log_level.as_deref().unwrap_or("info").parse() {
         Ok(level) => level,
         Err(_) => {
@@ -439,6 +448,7 @@ pub fn parse(
         max_concurrent,
         shutdown_grace,
         client_timeout,
+        watch_interval,
         log_level,
         echo_upstream,
         keys_file: raw.keys_file.map(PathBuf::from),

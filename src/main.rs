@@ -8,6 +8,7 @@ use sluice::catalog::Catalog;
 use sluice::config::{load_files, Config};
 use sluice::gateway::Gateway;
 use sluice::limits::MonotonicClock;
+use sluice::reload::{Reloader, Trigger};
 use sluice::secret::KeyHash;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -125,7 +126,7 @@ fn run(path: &Path) -> ExitCode {
     exit_on(result)
 }
 
-async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Result<()> {
+async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let gateway = Arc::new(Gateway::new(
         catalog,
@@ -140,6 +141,8 @@ async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Re
         echo_upstream:% = running.echo_addr.map_or("none".to_string(), |a| a.to_string());
         "listening"
     );
+    let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));
+    tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -148,19 +151,16 @@ async fn serve(path: &Path, mut config: Config, catalog: Catalog) -> std::io::Re
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
             _ = hangup.recv() => {
-                log::info!(target: "sluice::reload", trigger = "SIGHUP"; "reloading configuration");
-                let path = path.to_path_buf();
-                let (gw, running_config) = (Arc::clone(&gateway), config.clone());
-                let reloaded = tokio::task::spawn_blocking(move || sluice::reload::reload(&gw, &path, &running_config)).await;
-                if let Ok(Some(new_config)) = reloaded {
-                    config = new_config;
-                }
+                let reloader = Arc::clone(&reloader);
+                let _ = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
             }
         }
     }
-    log::info!(target: "sluice", in_flight = gateway.limiter.gateway_in_flight(), grace:? = config.shutdown_grace; "draining");
-    let left = running.shutdown(config.shutdown_grace).await;
-    log::info!(target: "sluice", abandoned = left; "stopped");
+    let grace = reloader.running().shutdown_grace;
+    let in_flight = gateway.limiter.gateway_in_flight();
+    log::info!(target: "sluice", in_flight, grace:? = grace; "draining");
+    let abandoned = running.shutdown(grace).await;
+    log::info!(target: "sluice", abandoned; "stopped");
     Ok(())
 }
 

@@ -1,10 +1,133 @@
 //! Reloading: read and validate the whole configuration again, and swap the snapshot only
 //! if all of it is good. A bad file leaves the running catalog untouched.
+//!
+//! Two triggers share one path: SIGHUP, and a watcher that fingerprints the contents of the
+//! configuration and keys files every `watch_interval`. Reading contents (not inode or
+//! mtime) sees every way a file gets replaced: in place, by rename (editors), or by a
+//! symlink swap (Kubernetes ConfigMap and Secret volumes).
 
 use crate::catalog::Catalog;
 use crate::config::{load_files, Config};
 use crate::gateway::Gateway;
-use std::path::Path;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// What asked for a reload, for the log line.
+#[derive(Debug, Clone, Copy)]
+pub enum Trigger {
+    Signal,
+    FileChange,
+}
+
+/// Holds the running configuration and reloads it on request.
+pub struct Reloader {
+    gateway: Arc<Gateway>,
+    path: PathBuf,
+    running: Mutex<Config>,
+    /// Fingerprint of the files as last loaded (or last rejected), so one change is tried once.
+    seen: Mutex<u64>,
+}
+
+impl Reloader {
+    pub fn new(gateway: Arc<Gateway>, path: &Path, running: Config) -> Self {
+        let seen = fingerprint(path, running.keys_file.as_deref());
+        Reloader {
+            gateway,
+            path: path.to_path_buf(),
+            running: Mutex::new(running),
+            seen: Mutex::new(seen),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn running(&self) -> Config {
+        self.lock_running().clone()
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, Config> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads the files again (blocking: run it off the async workers) and swaps the
+    /// catalog in if they are valid. Returns whether the new configuration is in force.
+    pub fn reload(&self, trigger: Trigger) -> bool {
+        let keys_file = self.lock_running().keys_file.clone();
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
+            fingerprint(&self.path, keys_file.as_deref());
+        let generation = self.gateway.catalog().generation + 1;
+        match load_files(&self.path) {
+            Ok(config) => {
+                let mut running = self.lock_running();
+                for setting in restart_only_changes(&running, &config) {
+                    log::warn!(target: "sluice::reload", setting; "setting changed but needs a restart to take effect");
+                }
+                self.gateway
+                    .swap_catalog(Catalog::build(&config, generation));
+                self.gateway
+                    .metrics
+                    .config_reloads
+                    .with_label_values(&["success"])
+                    .inc();
+                log::info!(target: "sluice::reload", generation, trigger:? = trigger; "configuration reloaded");
+                *running = config;
+                true
+            }
+            Err(errors) => {
+                self.gateway
+                    .metrics
+                    .config_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
+                log::error!(
+                    target: "sluice::reload",
+                    trigger:? = trigger,
+                    errors:% = errors;
+                    "configuration rejected; still serving the previous one"
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the files differ from what was last loaded or rejected.
+    fn changed(&self) -> bool {
+        let keys_file = self.lock_running().keys_file.clone();
+        let now = fingerprint(&self.path, keys_file.as_deref());
+        now != *self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks the files every `watch_interval` until `stop` turns true.
+    pub async fn watch(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let interval = self.lock_running().watch_interval;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let reloader = Arc::clone(&self);
+            let _ = tokio::task::spawn_blocking(move || {
+                if reloader.changed() {
+                    reloader.reload(Trigger::FileChange);
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// A hash of both files' contents (or of why they cannot be read), following symlinks.
+fn fingerprint(config: &Path, keys_file: Option<&Path>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for path in std::iter::once(config).chain(keys_file) {
+        match std::fs::read(path) {
+            Ok(bytes) => bytes.hash(&mut hasher),
+            Err(e) => e.kind().hash(&mut hasher),
+        }
+    }
+    hasher.finish()
+}
 
 /// Settings that only take effect on restart, named when a reload changes them.
 fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
@@ -25,38 +148,4 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         changed.push("log_level");
     }
     changed
-}
-
-/// Loads `path` again and swaps the catalog in on success. Returns the new configuration,
-/// or `None` when it was rejected (the reason is logged and counted).
-pub fn reload(gateway: &Gateway, path: &Path, running: &Config) -> Option<Config> {
-    let generation = gateway.catalog().generation + 1;
-    let loaded = load_files(path).map(|config| {
-        let catalog = Catalog::build(&config, generation);
-        (config, catalog)
-    });
-    match loaded {
-        Ok((config, catalog)) => {
-            for setting in restart_only_changes(running, &config) {
-                log::warn!(target: "sluice::reload", setting; "setting changed but needs a restart to take effect");
-            }
-            gateway.swap_catalog(catalog);
-            gateway
-                .metrics
-                .config_reloads
-                .with_label_values(&["success"])
-                .inc();
-            log::info!(target: "sluice::reload", generation; "configuration reloaded");
-            Some(config)
-        }
-        Err(errors) => {
-            gateway
-                .metrics
-                .config_reloads
-                .with_label_values(&["failure"])
-                .inc();
-            log::error!(target: "sluice::reload", errors:% = errors; "configuration rejected; still serving the previous one");
-            None
-        }
-    }
 }

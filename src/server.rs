@@ -66,7 +66,10 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     pub echo_addr: Option<SocketAddr>,
     pub gateway: Arc<crate::gateway::Gateway>,
-    shutdown: tokio::sync::watch::Sender<bool>,
+    /// Stops the client listener (the first step of a shutdown).
+    stop_clients: tokio::sync::watch::Sender<bool>,
+    /// Stops the rest (admin, echo, watchers) once the clients are done.
+    stop_rest: tokio::sync::watch::Sender<bool>,
 }
 
 /// Binds every listener of `config` and starts serving with `gateway`.
@@ -74,40 +77,49 @@ pub async fn start(
     config: &crate::config::Config,
     gateway: Arc<crate::gateway::Gateway>,
 ) -> std::io::Result<Running> {
-    let (shutdown, watch) = tokio::sync::watch::channel(false);
+    let (stop_clients, clients_watch) = tokio::sync::watch::channel(false);
+    let (stop_rest, rest_watch) = tokio::sync::watch::channel(false);
+    // The echo backend and the admin listener outlive the drain: requests in flight may
+    // still need the one, and probes the other.
     let echo_addr = match config.echo_upstream {
         Some(addr) => {
             let echo = Arc::new(crate::echo::Echo {
                 word_delay: Duration::from_millis(20),
             });
-            Some(listen(addr, echo, watch.clone()).await?.0)
+            Some(listen(addr, echo, rest_watch.clone()).await?.0)
         }
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
-    let proxy = Arc::new(pingora::proxy::http_proxy(
-        &server_conf,
-        crate::proxy::Proxy::new(Arc::clone(&gateway)),
-    ));
-    let (addr, _) = listen(config.listen, proxy, watch.clone()).await?;
+    let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
+    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, proxy));
+    let (addr, _) = listen(config.listen, proxy, clients_watch).await?;
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
-    let (admin_addr, _) = listen(config.admin_listen, admin, watch).await?;
+    let (admin_addr, _) = listen(config.admin_listen, admin, rest_watch).await?;
     Ok(Running {
         addr,
         admin_addr,
         echo_addr,
         gateway,
-        shutdown,
+        stop_clients,
+        stop_rest,
     })
 }
 
 impl Running {
-    /// Graceful stop: refuse new requests, stop accepting, let requests in flight finish
-    /// for up to `grace`. Returns how many were still in flight when it gave up.
+    /// Turns true when the gateway has stopped; background tasks (the file watcher) end on it.
+    pub fn stopped(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop_rest.subscribe()
+    }
+
+    /// Graceful stop: `/readyz` turns 503 and new requests get 503 `overloaded`, the client
+    /// listener closes, and requests in flight get up to `grace` to finish. Returns as
+    /// soon as none is left (or at `grace`), with how many were still in flight.
     pub async fn shutdown(&self, grace: Duration) -> u32 {
         self.gateway.start_draining();
-        let _ = self.shutdown.send(true);
+        let _ = self.stop_clients.send(true);
         let _ = tokio::time::timeout(grace, self.gateway.limiter.wait_idle()).await;
+        let _ = self.stop_rest.send(true);
         self.gateway.limiter.gateway_in_flight()
     }
 }

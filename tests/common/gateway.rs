@@ -5,6 +5,7 @@ use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
 use sluice::gateway::Gateway;
 use sluice::limits::Clock;
+use sluice::reload::Reloader;
 use sluice::secret::KeyHash;
 use sluice::server::{start, Running};
 use std::io::Write;
@@ -124,6 +125,8 @@ pub struct TestGateway {
     pub running: Running,
     pub log: SharedLog,
     pub clock: Arc<ManualClock>,
+    /// Set when started from a file: reloads it on request and watches it.
+    pub reloader: Option<Arc<Reloader>>,
 }
 
 impl TestGateway {
@@ -159,6 +162,29 @@ impl TestGateway {
             running,
             log,
             clock,
+            reloader: None,
+        }
+    }
+
+    /// From a configuration file, with its watcher running as in the binary.
+    pub async fn start_file(path: &std::path::Path) -> TestGateway {
+        let config =
+            sluice::config::load_files(path).unwrap_or_else(|e| panic!("valid config file:\n{e}"));
+        let catalog = Catalog::build(&config, 1);
+        let log = SharedLog::default();
+        let clock = Arc::new(ManualClock::default());
+        let access_log = AccessLog::new(Box::new(log.clone()));
+        let gateway = Arc::new(Gateway::new(catalog, clock.clone(), access_log));
+        let running = start(&config, Arc::clone(&gateway))
+            .await
+            .expect("gateway starts");
+        let reloader = Arc::new(Reloader::new(gateway, path, config));
+        tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
+        TestGateway {
+            running,
+            log,
+            clock,
+            reloader: Some(reloader),
         }
     }
 
