@@ -1,0 +1,132 @@
+//! The binary's lifecycle: SIGHUP reloads, SIGTERM drains (readiness turns 503, a stream in
+//! flight completes, the process exits as soon as it is done, not after the grace period).
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+fn write_config(dir: &std::path::Path, upstream: &str, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("gateway.yaml");
+    let text = config_with(upstream, extra).replace("    api_key_env: TEST_UPSTREAM_KEY\n", "");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_configuration() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("sighup");
+    // A watcher that never fires: only the signal can explain the reload.
+    let path = write_config(&dir, &mock.url(), "watch_interval: 1h");
+    let process = GatewayProcess::start(&path, &[]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace(
+            "models:\n",
+            "models:\n  - id: after-hup\n    upstream: mock\n",
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        chat(process.addr, ALPHA, &chat_body("after-hup"))
+            .await
+            .status,
+        404,
+        "not before the signal"
+    );
+    process.signal("HUP");
+    let started = Instant::now();
+    loop {
+        if chat(process.addr, ALPHA, &chat_body("after-hup"))
+            .await
+            .status
+            == 200
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "SIGHUP reloads within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, _, stderr) = process.stop();
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("configuration reloaded"), "{stderr}");
+    assert!(
+        stderr.contains("\"trigger\":\"Signal\""),
+        "the log names the trigger: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_stream_in_flight_finish_then_exits_at_once() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("sigterm");
+    let path = write_config(&dir, &mock.url(), "shutdown_grace: 30s");
+    let process = GatewayProcess::start(&path, &[]);
+    assert_eq!(get(process.admin, "/readyz", None).await.status, 200);
+    mock.push(Reply::stream(8, Duration::from_millis(150)));
+    let body = r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let mut stream = EventStream::open(process.addr, ALPHA, body).await;
+    stream.next_event().await.expect("the stream has started");
+
+    process.signal("TERM");
+    let ready = loop {
+        // The admin listener stays up during the drain and says so.
+        let status = get(process.admin, "/readyz", None).await.status;
+        if status != 200 {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(ready, 503, "/readyz turns 503 while draining");
+    assert!(
+        tokio::net::TcpStream::connect(process.addr).await.is_err(),
+        "the client listener no longer accepts"
+    );
+    let rest = stream.rest().await;
+    assert_eq!(rest.len(), 8, "the stream in flight completes: {rest:?}");
+    assert_eq!(rest.last().map(String::as_str), Some("[DONE]"));
+    let finished = Instant::now();
+    let (code, stdout, stderr) = process.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        finished.elapsed() < Duration::from_secs(10),
+        "exits when nothing is in flight, not after 30 s"
+    );
+    assert!(
+        stderr.contains("\"abandoned\":\"0\""),
+        "nothing was cut: {stderr}"
+    );
+    assert!(
+        stdout.contains("\"status\":200") && stdout.contains("\"stream\":true"),
+        "the stream was logged"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nothing_in_flight_exits_immediately() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("sigterm-idle");
+    let path = write_config(&dir, &mock.url(), "shutdown_grace: 60s");
+    let process = GatewayProcess::start(&path, &[]);
+    assert_eq!(
+        chat(process.addr, ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    let started = Instant::now();
+    let (code, _, _) = process.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no fixed grace sleep: {:?}",
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,182 @@
+//! The admin listener and every metric series: each one moves when it should.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+#[tokio::test]
+async fn admin_endpoints_answer_on_their_own_listener() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    assert_ne!(gw.admin(), gw.addr());
+    assert_eq!(get(gw.admin(), "/healthz", None).await.status, 200);
+    assert_eq!(get(gw.admin(), "/readyz", None).await.status, 200);
+    let metrics = get(gw.admin(), "/metrics", None).await;
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    assert!(
+        metrics.text().contains("sluice_build_info{version=\""),
+        "{}",
+        metrics.text()
+    );
+    assert_eq!(
+        get(gw.admin(), "/v1/models", Some(ALPHA)).await.status,
+        404,
+        "the admin port serves no API"
+    );
+    assert_eq!(
+        get(gw.addr(), "/metrics", None).await.status,
+        404,
+        "the client port serves no metrics"
+    );
+
+    gw.gateway().start_draining();
+    assert_eq!(
+        get(gw.admin(), "/readyz", None).await.status,
+        503,
+        "not ready while draining"
+    );
+    assert_eq!(
+        get(gw.admin(), "/healthz", None).await.status,
+        200,
+        "but alive"
+    );
+    let refused = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(
+        refused.error().2,
+        "overloaded",
+        "a draining gateway refuses new work"
+    );
+}
+
+#[tokio::test]
+async fn every_request_series_moves() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    mock.push(Reply::Json {
+        status: 200,
+        headers: vec![],
+        body: "{}".into(),
+        delay: Duration::from_millis(50),
+        close: false,
+    });
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get(gw.addr(), "/v1/models", Some("sk-nope")).await.status,
+        401
+    );
+    mock.push(Reply::Garbage);
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        502
+    );
+    gw.log_lines(3).await;
+
+    assert_eq!(
+        gw.metric(r#"sluice_requests_total{key="alpha",model="chat-model",status="200"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_requests_total{key="unknown",model="unknown",status="401"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_requests_total{key="alpha",model="chat-model",status="502"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_request_duration_seconds_count{model="chat-model"}"#),
+        2.0
+    );
+    assert!(gw.metric(r#"sluice_request_duration_seconds_sum{model="chat-model"}"#) >= 0.05);
+    assert_eq!(gw.metric("sluice_overhead_seconds_count"), 3.0);
+    assert!(
+        gw.metric("sluice_overhead_seconds_sum")
+            < gw.metric(r#"sluice_request_duration_seconds_sum{model="chat-model"}"#),
+        "overhead excludes the upstream's 50 ms"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_upstream_ttfb_seconds_count{upstream="mock"}"#),
+        1.0,
+        "a garbage answer has no ttfb"
+    );
+    assert!(gw.metric(r#"sluice_upstream_ttfb_seconds_sum{upstream="mock"}"#) >= 0.05);
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="invalid_api_key",key="unknown"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="upstream_protocol_error",key="alpha"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(
+            r#"sluice_upstream_errors_total{code="upstream_protocol_error",upstream="mock"}"#
+        ),
+        1.0
+    );
+    assert_eq!(gw.metric("sluice_config_generation"), 1.0);
+    assert!(gw.metric("sluice_config_last_success_timestamp_seconds") > 1.7e9);
+}
+
+#[tokio::test]
+async fn in_flight_counts_a_request_until_its_last_byte() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    mock.push(Reply::Gated);
+    let addr = gw.addr();
+    let held = tokio::spawn(async move { chat(addr, ALPHA, &chat_body("chat-model")).await });
+    mock.wait_until("the request upstream", |m| m.requests().len() == 1)
+        .await;
+    assert_eq!(gw.metric(r#"sluice_in_flight_requests{key="alpha"}"#), 1.0);
+    mock.open_gate();
+    assert_eq!(held.await.unwrap().status, 200);
+    gw.log_lines(1).await;
+    assert_eq!(gw.metric(r#"sluice_in_flight_requests{key="alpha"}"#), 0.0);
+}
+
+#[tokio::test]
+async fn reload_series_move() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("metrics-reload");
+    let path = dir.join("gateway.yaml");
+    let text = config_with(&mock.url(), "watch_interval: 1h")
+        .replace("    api_key_env: TEST_UPSTREAM_KEY\n", "");
+    std::fs::write(&path, &text).unwrap();
+    let gw = TestGateway::start_file(&path).await;
+    let reloader = gw.reloader.clone().unwrap();
+    let before = gw.metric("sluice_config_last_success_timestamp_seconds");
+    let again = reloader.clone();
+    assert!(
+        tokio::task::spawn_blocking(move || again.reload(sluice::reload::Trigger::Signal))
+            .await
+            .unwrap()
+    );
+    std::fs::write(&path, "not: [valid").unwrap();
+    assert!(
+        !tokio::task::spawn_blocking(move || reloader.reload(sluice::reload::Trigger::Signal))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_config_reloads_total{result="success"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_config_reloads_total{result="failure"}"#),
+        1.0
+    );
+    assert_eq!(gw.metric("sluice_config_generation"), 2.0);
+    assert!(gw.metric("sluice_config_last_success_timestamp_seconds") >= before);
+    let _ = std::fs::remove_dir_all(dir);
+}
