@@ -128,6 +128,10 @@ fn run(path: &Path) -> ExitCode {
 
 async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    // Handlers first: "listening" tells the world it may send signals from now on.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     let gateway = Arc::new(Gateway::new(
         catalog,
         Arc::new(MonotonicClock::new()),
@@ -143,9 +147,6 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     );
     let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));
     tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut hangup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
             _ = terminate.recv() => break,
