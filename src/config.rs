@@ -231,6 +231,21 @@ impl Errors {
 
 /// Reads the configuration file and the keys file it names, then validates both.
 pub fn load_files(path: &Path) -> Result<Config, ConfigErrors> {
+    load_files_with(path, HostLookup::Resolve)
+}
+
+/// Whether upstream host names are looked up while validating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostLookup {
+    /// Resolve them: what serving needs.
+    Resolve,
+    /// Check the URLs only, for `sluice check --no-resolve` where the serving network's
+    /// names (a cluster's Services) do not resolve. Such a configuration is never served.
+    Skip,
+}
+
+/// [`load_files`], choosing whether host names are resolved.
+pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, ConfigErrors> {
     let read = |p: &Path| {
         std::fs::read_to_string(p).map_err(|e| {
             ConfigErrors(vec![ConfigError {
@@ -247,11 +262,12 @@ pub fn load_files(path: &Path) -> Result<Config, ConfigErrors> {
         None => None,
     };
     let env = |name: &str| std::env::var(name).ok();
-    let mut config = parse(
+    let mut config = parse_with(
         &path.display().to_string(),
         &text,
         keys_text.as_ref().map(|(p, t)| (p.as_str(), t.as_str())),
         &env,
+        lookup,
     )?;
     config.keys_file = keys_file;
     Ok(config)
@@ -270,6 +286,17 @@ pub fn parse(
     text: &str,
     keys: Option<(&str, &str)>,
     env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    parse_with(file, text, keys, env, HostLookup::Resolve)
+}
+
+/// [`parse`], choosing whether host names are resolved.
+pub fn parse_with(
+    file: &str,
+    text: &str,
+    keys: Option<(&str, &str)>,
+    env: &dyn Fn(&str) -> Option<String>,
+    lookup: HostLookup,
 ) -> Result<Config, ConfigErrors> {
     let mut errors = Errors {
         file: file.to_string(),
@@ -378,7 +405,7 @@ pub fn parse(
     let declared: Vec<String> = upstream_names.iter().map(|n| n.to_string()).collect();
     let upstreams: Vec<UpstreamConfig> = raw_upstreams
         .into_iter()
-        .filter_map(|(path, raw)| upstream(&mut errors, &path, raw, env))
+        .filter_map(|(path, raw)| upstream(&mut errors, &path, raw, env, lookup))
         .collect();
 
     let raw_models: Vec<(String, RawModel)> = items(&mut errors, "models", raw.models);
@@ -487,34 +514,19 @@ fn upstream(
     path: &str,
     raw: RawUpstream,
     env: &dyn Fn(&str) -> Option<String>,
+    lookup: HostLookup,
 ) -> Option<UpstreamConfig> {
     let before = errors.list.len();
     check_name(errors, &format!("{path}.name"), &raw.name);
-    let url = match raw.url.parse::<http::Uri>() {
-        Ok(url) => {
-            let scheme_ok = matches!(url.scheme_str(), Some("http") | Some("https"));
-            if !scheme_ok || url.host().is_none() {
-                errors.push(
-                    format!("{path}.url"),
-                    "must be an absolute http:// or https:// URL",
-                );
-            } else if url.authority().is_some_and(|a| a.as_str().contains('@')) {
-                errors.push(
-                    format!("{path}.url"),
-                    "must not carry credentials; use api_key_env",
-                );
-            } else if url.query().is_some() {
-                errors.push(format!("{path}.url"), "must not carry a query string");
-            }
-            Some(url)
-        }
-        Err(e) => {
-            errors.push(format!("{path}.url"), format!("not a URL: {e}"));
+    let url = match check_url(&raw.url) {
+        Ok(url) => Some(url),
+        Err(message) => {
+            errors.push(format!("{path}.url"), message);
             None
         }
     };
     // Resolved now, never on the request path (and again on every reload).
-    let addr = url.as_ref().and_then(|url| match resolve(url) {
+    let addr = url.as_ref().and_then(|url| match resolve(url, lookup) {
         Ok(addr) => Some(addr),
         Err(message) => {
             errors.push(format!("{path}.url"), message);
@@ -718,13 +730,32 @@ fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
     })
 }
 
+/// An absolute http(s) URL without credentials or query string.
+fn check_url(text: &str) -> Result<http::Uri, String> {
+    let url: http::Uri = text.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let scheme_ok = matches!(url.scheme_str(), Some("http") | Some("https"));
+    if !scheme_ok || url.host().is_none_or(str::is_empty) {
+        return Err("must be an absolute http:// or https:// URL".into());
+    }
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err("must not carry credentials; use api_key_env".into());
+    }
+    if url.query().is_some() {
+        return Err("must not carry a query string".into());
+    }
+    Ok(url)
+}
+
 /// The first address the URL's host resolves to (default port by scheme).
-fn resolve(url: &http::Uri) -> Result<SocketAddr, String> {
+fn resolve(url: &http::Uri, lookup: HostLookup) -> Result<SocketAddr, String> {
     use std::net::ToSocketAddrs;
     let tls = url.scheme_str() == Some("https");
     let host = url.host().unwrap_or_default();
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    if lookup == HostLookup::Skip {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
     (bare, port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {host}: {e}"))?

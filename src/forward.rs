@@ -79,25 +79,15 @@ pub async fn forward(
     } = call;
     let peer = &upstream.peer;
     let sent_at = Instant::now();
-    let (mut connection, response) =
-        match attempt(session, gateway, upstream, &header, &body, false).await {
-            Ok(done) => done,
-            Err(Attempt::DeadReused) => {
-                match attempt(session, gateway, upstream, &header, &body, true).await {
-                    Ok(done) => done,
-                    Err(Attempt::DeadReused) => {
-                        return Err(ForwardError::BeforeResponse(
-                            RequestError::UpstreamUnavailable,
-                        ))
-                    }
-                    Err(other) => return Err(before_response(other)),
-                }
-            }
-            Err(other) => return Err(before_response(other)),
-        };
+    let attempts = match attempt(session, gateway, upstream, &header, &body, false).await {
+        Err(Attempt::DeadReused) => attempt(session, gateway, upstream, &header, &body, true).await,
+        first => first,
+    };
+    // Time spent on the upstream counts as upstream time, failed attempts included.
     let ttfb = sent_at.elapsed();
-    exchange.ttfb = Some(ttfb);
     exchange.upstream_wait += ttfb;
+    let (mut connection, response) = attempts.map_err(before_response)?;
+    exchange.ttfb = Some(ttfb);
     exchange.status = Some(response.status.as_u16());
     gateway
         .metrics

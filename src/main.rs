@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use rand::RngCore;
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
-use sluice::config::{load_files, Config};
+use sluice::config::{load_files, load_files_with, Config, HostLookup};
 use sluice::gateway::Gateway;
 use sluice::limits::MonotonicClock;
 use sluice::reload::{Reloader, Trigger};
@@ -28,7 +28,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Validate the configuration and list every error; exit 1 if there is any.
-    Check,
+    Check {
+        /// Do not look up upstream host names (for names that resolve only where the
+        /// gateway runs, such as a cluster's Services).
+        #[arg(long)]
+        no_resolve: bool,
+    },
     /// Print a new random API key and the `sha256:` line to paste into the configuration.
     Key {
         /// The key's name in the configuration.
@@ -48,7 +53,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Check) => check(&cli.config),
+        Some(Command::Check { no_resolve }) => check(&cli.config, no_resolve),
         Some(Command::Key { name }) => {
             print_key(&name);
             ExitCode::SUCCESS
@@ -58,8 +63,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(path: &Path) -> ExitCode {
-    match load_files(path).map(|config| Catalog::build(&config, 1)) {
+fn check(path: &Path, no_resolve: bool) -> ExitCode {
+    let lookup = if no_resolve {
+        HostLookup::Skip
+    } else {
+        HostLookup::Resolve
+    };
+    match load_files_with(path, lookup).map(|config| Catalog::build(&config, 1)) {
         Ok(catalog) => {
             println!(
                 "{}: OK ({} upstreams, generation {})",

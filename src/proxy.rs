@@ -154,7 +154,9 @@ impl ProxyHttp for Proxy {
                 Ok(true)
             }
             Err(Failure::Ended { error, close }) => {
-                self.record_error(ctx, error.clone());
+                // The answer was a 200 that the upstream broke: logged with its code and
+                // counted in sluice_upstream_errors_total, not as a rejection.
+                ctx.error = Some(error);
                 if close {
                     return Err(Error::explain(
                         ErrorType::ConnectionClosed,
@@ -497,8 +499,8 @@ impl Proxy {
                 .error
                 .as_ref()
                 .and_then(RequestError::retry_after)
-                .map(|d| d.as_millis() as u64),
-            since_previous_ms: if status == 429 {
+                .map(|d| d.as_nanos().div_ceil(1_000_000) as u64),
+            since_previous_ms: if ctx.error.as_ref().is_some_and(|e| e.status() == 429) {
                 ctx.since_previous.map(millis)
             } else {
                 None

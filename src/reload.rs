@@ -28,6 +28,8 @@ pub struct Reloader {
     running: Mutex<Config>,
     /// Fingerprint of the files as last loaded (or last rejected), so one change is tried once.
     seen: Mutex<u64>,
+    /// Held for a whole reload: a signal and the watcher never reload at the same time.
+    reloading: Mutex<()>,
 }
 
 impl Reloader {
@@ -38,6 +40,7 @@ impl Reloader {
             path: path.to_path_buf(),
             running: Mutex::new(running),
             seen: Mutex::new(seen),
+            reloading: Mutex::new(()),
         }
     }
 
@@ -53,6 +56,7 @@ impl Reloader {
     /// Loads the files again (blocking: run it off the async workers) and swaps the
     /// catalog in if they are valid. Returns whether the new configuration is in force.
     pub fn reload(&self, trigger: Trigger) -> bool {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let keys_file = self.lock_running().keys_file.clone();
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
             fingerprint(&self.path, keys_file.as_deref());
@@ -71,6 +75,9 @@ impl Reloader {
                     .with_label_values(&["success"])
                     .inc();
                 log::info!(target: "sluice::reload", generation, trigger:? = trigger; "configuration reloaded");
+                // The new configuration may name another keys file: watch that one now.
+                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
+                    fingerprint(&self.path, config.keys_file.as_deref());
                 *running = config;
                 true
             }

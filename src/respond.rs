@@ -55,7 +55,8 @@ pub fn error_response(error: &RequestError) -> LocalResponse {
 
 /// `Retry-After` in whole seconds (rounded up, at least 1) and `retry-after-ms`.
 pub fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
-    let millis = wait.as_millis().max(1);
+    // Rounded up: a client that waits exactly this long must be admitted.
+    let millis = wait.as_nanos().div_ceil(1_000_000).max(1);
     let seconds = millis.div_ceil(1000).max(1);
     [
         ("retry-after", seconds.to_string()),

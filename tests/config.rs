@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use sluice::config::{load_files, parse};
+use sluice::config::{load_files, parse, parse_with, HostLookup};
 
 fn no_env(_: &str) -> Option<String> {
     None
@@ -151,11 +151,15 @@ fn every_shipped_configuration_loads() {
         let text = std::fs::read_to_string(&file).unwrap();
         // Example credentials are named, not present: give each named variable a value.
         let env = |_: &str| Some("example-credential".to_string());
-        let keys = None;
-        if let Err(errors) = parse(&file.display().to_string(), &text, keys, &env) {
+        // Cluster Service names do not resolve here: check them as `sluice check --no-resolve`.
+        let name = file.display().to_string();
+        if let Err(errors) = parse_with(&name, &text, None, &env, HostLookup::Skip) {
             panic!("{} does not load:\n{errors}", file.display());
         }
         checked += 1;
     }
-    assert!(checked >= 1);
+    assert!(
+        checked >= 4,
+        "the demo, container, base and sidecar configurations"
+    );
 }
