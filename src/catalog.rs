@@ -240,6 +240,7 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
     peer.options.total_connection_timeout = Some(config.connect_timeout);
     peer.options.write_timeout = Some(config.first_byte_timeout);
     peer.options.idle_timeout = Some(Duration::from_secs(60));
+    peer.options.ca = config.ca.clone();
     let authority = url
         .authority()
         .map(|a| a.as_str().to_string())

@@ -5,12 +5,15 @@
 //! own, so one bad upstream does not hide the errors of the next.
 
 use crate::secret::{KeyHash, Secret};
+use pingora::protocols::tls::CaType;
+use pingora::utils::tls::{parse_x509, WrappedX509};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One configuration problem, with the file and the key path it is about.
@@ -65,6 +68,8 @@ pub struct UpstreamConfig {
     pub url: http::Uri,
     /// The URL's host, resolved when the configuration was loaded.
     pub addr: SocketAddr,
+    /// Certificate authorities trusted for this https upstream instead of the system's.
+    pub ca: Option<Arc<CaType>>,
     pub credential: Option<Secret>,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
@@ -151,6 +156,7 @@ struct RawKeysFile {
 struct RawUpstream {
     name: String,
     url: String,
+    ca_file: Option<String>,
     api_key_env: Option<String>,
     connect_timeout: Option<String>,
     first_byte_timeout: Option<String>,
@@ -533,6 +539,25 @@ fn upstream(
             None
         }
     });
+    let ca = raw.ca_file.as_deref().and_then(|name| {
+        if url
+            .as_ref()
+            .is_some_and(|u| u.scheme_str() != Some("https"))
+        {
+            errors.push(format!("{path}.ca_file"), "only applies to an https:// url");
+        }
+        let full = Path::new(&errors.file)
+            .parent()
+            .unwrap_or(Path::new(""))
+            .join(name);
+        match read_ca_file(&full) {
+            Ok(ca) => Some(ca),
+            Err(message) => {
+                errors.push(format!("{path}.ca_file"), message);
+                None
+            }
+        }
+    });
     let credential = match &raw.api_key_env {
         None => None,
         Some(name) => match env(name) {
@@ -571,6 +596,7 @@ fn upstream(
         name: raw.name,
         url: url?,
         addr: addr?,
+        ca,
         credential,
         connect_timeout,
         first_byte_timeout,
@@ -728,6 +754,24 @@ fn key(errors: &mut Errors, path: &str, raw: RawKey) -> Option<KeyConfig> {
         burst,
         max_concurrent,
     })
+}
+
+/// Every certificate of a PEM file, checked to parse, as pingora's per-peer CA list.
+fn read_ca_file(path: &Path) -> Result<Arc<CaType>, String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut certificates = Vec::new();
+    for item in rustls_pemfile::certs(&mut text.as_slice()) {
+        let der =
+            item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
+        // pingora's parser panics on a bad certificate: check it with the same parser first.
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("{}: a certificate does not parse: {e}", path.display()))?;
+        certificates.push(WrappedX509::new(der.to_vec(), parse_x509));
+    }
+    if certificates.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(Arc::from(certificates.into_boxed_slice()))
 }
 
 /// An absolute http(s) URL without credentials or query string.
