@@ -14,6 +14,31 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// `/readyz`'s body: whether the gateway takes requests, and each upstream's state (for
+    /// people; the status code alone decides readiness).
+    fn readiness(&self) -> Bytes {
+        let upstreams: Vec<serde_json::Value> = self
+            .gateway
+            .catalog()
+            .upstreams
+            .iter()
+            .map(|u| {
+                serde_json::json!({
+                    "name": u.name,
+                    "state": self.gateway.upstreams.availability(&u.name).name(),
+                    "in_flight": self.gateway.upstreams.in_flight(&u.name),
+                })
+            })
+            .collect();
+        let status = if self.gateway.is_draining() {
+            "draining"
+        } else {
+            "ready"
+        };
+        let body = serde_json::json!({"status": status, "generation": self.gateway.catalog().generation, "upstreams": upstreams});
+        Bytes::from(body.to_string())
+    }
+
     pub fn new(gateway: Arc<Gateway>) -> Self {
         Admin { gateway }
     }
@@ -24,13 +49,13 @@ impl Admin {
             ("GET", "/metrics") => (
                 200,
                 "text/plain; version=0.0.4",
-                Bytes::from(self.gateway.metrics.render()),
+                Bytes::from(self.gateway.render_metrics()),
             ),
             ("GET", "/healthz") => (200, "text/plain", Bytes::from_static(b"ok\n")),
-            ("GET", "/readyz") if self.gateway.is_draining() => {
-                (503, "text/plain", Bytes::from_static(b"draining\n"))
+            ("GET", "/readyz") => {
+                let status = if self.gateway.is_draining() { 503 } else { 200 };
+                (status, "application/json", self.readiness())
             }
-            ("GET", "/readyz") => (200, "text/plain", Bytes::from_static(b"ready\n")),
             _ => (
                 404,
                 "text/plain",

@@ -1,7 +1,7 @@
 //! The catalog snapshot: upstreams (addresses resolved), models and keys, immutable once
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
-use crate::config::{Config, KeyConfig, UpstreamConfig};
+use crate::config::{Config, KeyConfig, UpstreamConfig, UpstreamPolicy};
 use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
@@ -25,6 +25,7 @@ pub struct Upstream {
     pub credential: Option<Secret>,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
+    pub policy: UpstreamPolicy,
 }
 
 /// One upstream that serves a model, under the name it knows the model by.
@@ -82,6 +83,8 @@ pub struct Catalog {
     pub max_concurrent: Option<NonZeroU32>,
     /// Longest wait on a client read or write.
     pub client_timeout: Duration,
+    pub retry_attempts: u32,
+    pub retry_backoff: Duration,
     pub upstreams: Vec<Arc<Upstream>>,
     models: Vec<Arc<Model>>,
     model_index: HashMap<String, usize>,
@@ -145,6 +148,8 @@ impl Catalog {
             hosts: config.hosts.clone(),
             max_concurrent: config.max_concurrent,
             client_timeout: config.client_timeout,
+            retry_attempts: config.retry_attempts,
+            retry_backoff: config.retry_backoff,
             upstreams,
             models,
             model_index,
@@ -254,6 +259,7 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
         credential: config.credential.clone(),
         first_byte_timeout: config.first_byte_timeout,
         idle_timeout: config.idle_timeout,
+        policy: config.policy.clone(),
     }
 }
 

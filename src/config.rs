@@ -52,6 +52,10 @@ pub struct Config {
     pub max_concurrent: Option<NonZeroU32>,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,
+    /// Resends after a failure that provably did not reach the upstream.
+    pub retry_attempts: u32,
+    /// First pause before a resend; doubled each time, with jitter.
+    pub retry_backoff: Duration,
     /// How often the configuration and keys files are checked for changes.
     pub watch_interval: Duration,
     pub log_level: log::LevelFilter,
@@ -74,6 +78,29 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
+    pub policy: UpstreamPolicy,
+}
+
+/// How the gateway protects an upstream and itself from it (docs/routing.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamPolicy {
+    /// Longest whole exchange, first byte to last; none by default.
+    pub total_timeout: Option<Duration>,
+    /// Requests in flight to this upstream at once; more wait in a queue.
+    pub max_concurrent: Option<NonZeroU32>,
+    /// Requests that may wait for a slot; more are refused at once.
+    pub max_queue: u32,
+    /// Longest wait in the queue before 503 `upstream_saturated`.
+    pub queue_timeout: Duration,
+    /// Cooldown after a 429 that names no `Retry-After`.
+    pub rate_limit_cooldown: Duration,
+    /// Consecutive failures that eject the upstream.
+    pub eject_after_failures: u32,
+    /// First ejection; each further one in a row doubles it, up to `eject_duration_max`.
+    pub eject_duration: Duration,
+    pub eject_duration_max: Duration,
+    /// Active check (`GET {url}/models`) period; none by default.
+    pub health_check_interval: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +146,8 @@ struct RawConfig {
     max_concurrent: Option<u32>,
     shutdown_grace: Option<String>,
     client_timeout: Option<String>,
+    retry_attempts: Option<u32>,
+    retry_backoff: Option<String>,
     watch_interval: Option<String>,
     log_level: Option<String>,
     echo_upstream: Option<RawEcho>,
@@ -161,6 +190,15 @@ struct RawUpstream {
     connect_timeout: Option<String>,
     first_byte_timeout: Option<String>,
     idle_timeout: Option<String>,
+    total_timeout: Option<String>,
+    max_concurrent: Option<u32>,
+    max_queue: Option<u32>,
+    queue_timeout: Option<String>,
+    rate_limit_cooldown: Option<String>,
+    eject_after_failures: Option<u32>,
+    eject_duration: Option<String>,
+    eject_duration_max: Option<String>,
+    health_check_interval: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -378,6 +416,19 @@ pub fn parse_with(
         raw.client_timeout.as_deref(),
         Duration::from_secs(60),
     );
+    let retry_attempts = raw.retry_attempts.unwrap_or(2);
+    if retry_attempts > 10 {
+        errors.push(
+            "retry_attempts",
+            "at most 10: retries multiply load on a struggling backend",
+        );
+    }
+    let retry_backoff = duration(
+        &mut errors,
+        "retry_backoff",
+        raw.retry_backoff.as_deref(),
+        Duration::from_millis(50),
+    );
     let watch_interval = duration(
         &mut errors,
         "watch_interval",
@@ -481,6 +532,8 @@ pub fn parse_with(
         max_concurrent,
         shutdown_grace,
         client_timeout,
+        retry_attempts,
+        retry_backoff,
         watch_interval,
         log_level,
         echo_upstream,
@@ -589,6 +642,7 @@ fn upstream(
         raw.idle_timeout.as_deref(),
         Duration::from_secs(60),
     );
+    let policy = policy(errors, path, &raw);
     if errors.list.len() > before {
         return None;
     }
@@ -601,7 +655,74 @@ fn upstream(
         connect_timeout,
         first_byte_timeout,
         idle_timeout,
+        policy,
     })
+}
+
+fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
+    let optional = |errors: &mut Errors, field: &str, text: &Option<String>| {
+        text.as_ref()
+            .map(|t| duration(errors, &format!("{path}.{field}"), Some(t), Duration::ZERO))
+    };
+    let total_timeout = optional(errors, "total_timeout", &raw.total_timeout);
+    let health_check_interval =
+        optional(errors, "health_check_interval", &raw.health_check_interval);
+    let max_concurrent = nonzero(
+        errors,
+        &format!("{path}.max_concurrent"),
+        raw.max_concurrent,
+    );
+    if raw.max_queue.is_some() && max_concurrent.is_none() {
+        errors.push(format!("{path}.max_queue"), "needs max_concurrent");
+    }
+    let max_queue = raw
+        .max_queue
+        .unwrap_or_else(|| max_concurrent.map_or(0, |m| m.get().saturating_mul(4)));
+    let queue_timeout = duration(
+        errors,
+        &format!("{path}.queue_timeout"),
+        raw.queue_timeout.as_deref(),
+        Duration::from_secs(5),
+    );
+    let rate_limit_cooldown = duration(
+        errors,
+        &format!("{path}.rate_limit_cooldown"),
+        raw.rate_limit_cooldown.as_deref(),
+        Duration::from_secs(5),
+    );
+    let eject_after_failures = raw.eject_after_failures.unwrap_or(5);
+    if eject_after_failures == 0 {
+        errors.push(format!("{path}.eject_after_failures"), "must be at least 1");
+    }
+    let eject_duration = duration(
+        errors,
+        &format!("{path}.eject_duration"),
+        raw.eject_duration.as_deref(),
+        Duration::from_secs(5),
+    );
+    let eject_duration_max = duration(
+        errors,
+        &format!("{path}.eject_duration_max"),
+        raw.eject_duration_max.as_deref(),
+        Duration::from_secs(120),
+    );
+    if eject_duration_max < eject_duration {
+        errors.push(
+            format!("{path}.eject_duration_max"),
+            "must not be shorter than eject_duration",
+        );
+    }
+    UpstreamPolicy {
+        total_timeout,
+        max_concurrent,
+        max_queue,
+        queue_timeout,
+        rate_limit_cooldown,
+        eject_after_failures,
+        eject_duration,
+        eject_duration_max,
+        health_check_interval,
+    }
 }
 
 fn model(

@@ -3,12 +3,14 @@
 //!
 //! Every chat completion takes this path, whatever its size (pingora's own body replay stops
 //! at 64 KiB). Doing it here also puts the failure rules in one place: a dead pooled
-//! connection is retried once on a fresh one, timeouts are ours, and a stream cut after it
-//! started ends with an SSE error event.
+//! connection is retried once on a fresh one, timeouts are ours, a 429 can be handed back
+//! unsent so another target takes the request, and a stream cut after it started ends with
+//! an SSE error event.
 
 use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::health::upstream_retry_after;
 use crate::respond::stream_error_event;
 use crate::upstream::{is_event_stream, response_header};
 use bytes::Bytes;
@@ -29,13 +31,19 @@ pub struct Exchange {
     pub bytes_out: usize,
     /// The response was an SSE stream.
     pub event_stream: bool,
+    /// How long an upstream 429 asked to wait.
+    pub upstream_retry_after: Option<Duration>,
 }
 
 /// Why an exchange did not deliver a whole response.
 #[derive(Debug)]
 pub enum ForwardError {
-    /// Nothing was sent to the client yet: answer with this error.
-    BeforeResponse(RequestError),
+    /// Nothing was sent to the client yet. `unsent`: the request provably never reached
+    /// the upstream (no connection), so it may be sent again.
+    BeforeResponse { error: RequestError, unsent: bool },
+    /// The upstream answered 429 and, as asked, nothing was relayed: the request was not
+    /// processed and may go to another target.
+    Throttled { retry_after: Option<Duration> },
     /// The response had started; it was ended as well as it could be (an error event on an
     /// SSE stream). With `close`, the client connection must be dropped.
     AfterResponse { error: RequestError, close: bool },
@@ -44,7 +52,10 @@ pub enum ForwardError {
 }
 
 enum Attempt {
-    Failed(RequestError),
+    Failed {
+        error: RequestError,
+        unsent: bool,
+    },
     /// A reused connection failed before any response byte: resend on a fresh one.
     DeadReused,
     ClientGone(Box<Error>),
@@ -60,6 +71,8 @@ pub struct Call<'a> {
     pub request_id: &'a str,
     /// Gateway headers added to the response (the key's rate-limit position).
     pub extra_headers: Vec<(&'static str, String)>,
+    /// Hand a 429 back instead of relaying it (another target can take the request).
+    pub hand_back_429: bool,
 }
 
 /// Sends the call upstream and relays the answer to the client.
@@ -76,11 +89,35 @@ pub async fn forward(
         request_started,
         request_id,
         extra_headers,
+        hand_back_429,
     } = call;
     let peer = &upstream.peer;
     let sent_at = Instant::now();
-    let attempts = match attempt(session, gateway, upstream, &header, &body, false).await {
-        Err(Attempt::DeadReused) => attempt(session, gateway, upstream, &header, &body, true).await,
+    let deadline = upstream.policy.total_timeout.map(|total| sent_at + total);
+    let first_byte_by = bounded(sent_at + upstream.first_byte_timeout, deadline);
+    let attempts = match attempt(
+        session,
+        gateway,
+        upstream,
+        &header,
+        &body,
+        false,
+        first_byte_by,
+    )
+    .await
+    {
+        Err(Attempt::DeadReused) => {
+            attempt(
+                session,
+                gateway,
+                upstream,
+                &header,
+                &body,
+                true,
+                first_byte_by,
+            )
+            .await
+        }
         first => first,
     };
     // Time spent on the upstream counts as upstream time, failed attempts included.
@@ -88,27 +125,44 @@ pub async fn forward(
     exchange.upstream_wait += ttfb;
     let (mut connection, response) = attempts.map_err(before_response)?;
     exchange.ttfb = Some(ttfb);
-    exchange.status = Some(response.status.as_u16());
+    let status = response.status.as_u16();
+    exchange.status = Some(status);
     gateway
         .metrics
         .upstream_ttfb
         .with_label_values(&[&upstream.name])
         .observe(ttfb.as_secs_f64());
 
-    if matches!(response.status.as_u16(), 401 | 403) {
+    if matches!(status, 401 | 403) {
         // The upstream refused our credential: the client's key is not the problem.
-        return Err(ForwardError::BeforeResponse(
-            RequestError::UpstreamAuthFailed,
-        ));
+        return Err(ForwardError::BeforeResponse {
+            error: RequestError::UpstreamAuthFailed,
+            unsent: false,
+        });
+    }
+    if status == 429 {
+        let header = |name: &str| response.headers.get(name).and_then(|v| v.to_str().ok());
+        let now = std::time::SystemTime::now();
+        let retry_after =
+            upstream_retry_after(header("retry-after-ms"), header("retry-after"), now);
+        exchange.upstream_retry_after = retry_after;
+        if hand_back_429 {
+            connection.shutdown().await;
+            return Err(ForwardError::Throttled { retry_after });
+        }
     }
     let gateway_ms = (sent_at - request_started).as_secs_f64() * 1000.0;
     let timing = format!(
         "gateway;dur={gateway_ms:.3}, upstream;dur={:.3}",
         ttfb.as_secs_f64() * 1000.0
     );
-    let mut to_client = response_header(&response, request_id, &timing)
-        .map_err(|_| ForwardError::BeforeResponse(RequestError::UpstreamProtocolError))?;
-    if response.status.as_u16() == 500 {
+    let mut to_client = response_header(&response, request_id, &timing).map_err(|_| {
+        ForwardError::BeforeResponse {
+            error: RequestError::UpstreamProtocolError,
+            unsent: false,
+        }
+    })?;
+    if status == 500 {
         to_client.insert_header("x-should-retry", "false").ok();
     }
     for (name, value) in extra_headers {
@@ -120,7 +174,7 @@ pub async fn forward(
         .await
         .map_err(ForwardError::ClientGone)?;
 
-    relay_body(session, &mut connection, upstream, exchange).await?;
+    relay_body(session, &mut connection, upstream, deadline, exchange).await?;
     session
         .write_response_body(None, true)
         .await
@@ -134,10 +188,18 @@ pub async fn forward(
     Ok(())
 }
 
+/// The earlier of `at` and the total deadline, if any.
+fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
+    deadline.map_or(at, |d| d.min(at))
+}
+
 fn before_response(attempt: Attempt) -> ForwardError {
     match attempt {
-        Attempt::Failed(error) => ForwardError::BeforeResponse(error),
-        Attempt::DeadReused => ForwardError::BeforeResponse(RequestError::UpstreamUnavailable),
+        Attempt::Failed { error, unsent } => ForwardError::BeforeResponse { error, unsent },
+        Attempt::DeadReused => ForwardError::BeforeResponse {
+            error: RequestError::UpstreamUnavailable,
+            unsent: false,
+        },
         Attempt::ClientGone(e) => ForwardError::ClientGone(e),
     }
 }
@@ -150,6 +212,7 @@ async fn attempt(
     header: &RequestHeader,
     body: &Bytes,
     fresh: bool,
+    first_byte_by: Instant,
 ) -> Result<(UpstreamSession, Box<ResponseHeader>), Attempt> {
     let peer = &upstream.peer;
     let connected = if fresh {
@@ -159,10 +222,11 @@ async fn attempt(
     };
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::forward", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
-        Attempt::Failed(upstream_failure(&e))
+        // Nothing was sent on a connection that never opened.
+        Attempt::Failed { error: upstream_failure(&e), unsent: true }
     })?;
     let mut connection = UpstreamSession::new_with_options(stream, peer);
-    // Our own timeouts apply (first byte, idle gap), not a per-read one.
+    // Our own timeouts apply (first byte, idle gap, total), not a per-read one.
     connection.read_timeout = None;
 
     let sent = async {
@@ -176,11 +240,14 @@ async fn attempt(
         return Err(if reused {
             Attempt::DeadReused
         } else {
-            Attempt::Failed(upstream_failure(&e))
+            Attempt::Failed {
+                error: upstream_failure(&e),
+                unsent: false,
+            }
         });
     }
 
-    let deadline = tokio::time::Instant::now() + upstream.first_byte_timeout;
+    let deadline = tokio::time::Instant::from_std(first_byte_by);
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout_at(deadline, connection.read_response()) => read,
@@ -190,7 +257,12 @@ async fn attempt(
             }
         };
         match read {
-            Err(_elapsed) => return Err(Attempt::Failed(RequestError::UpstreamTimeout)),
+            Err(_elapsed) => {
+                return Err(Attempt::Failed {
+                    error: RequestError::UpstreamTimeout,
+                    unsent: false,
+                })
+            }
             Ok(Err(e))
                 if reused
                     && !matches!(e.retry, RetryType::Decided(false))
@@ -198,16 +270,27 @@ async fn attempt(
             {
                 return Err(Attempt::DeadReused)
             }
-            Ok(Err(e)) => return Err(Attempt::Failed(upstream_failure(&e))),
+            Ok(Err(e)) => {
+                return Err(Attempt::Failed {
+                    error: upstream_failure(&e),
+                    unsent: false,
+                })
+            }
             Ok(Ok(_)) => {}
         }
         let Some(response) = connection.resp_header() else {
-            return Err(Attempt::Failed(RequestError::UpstreamProtocolError));
+            return Err(Attempt::Failed {
+                error: RequestError::UpstreamProtocolError,
+                unsent: false,
+            });
         };
         // Skip interim answers (100 Continue and the like); 101 is not something we asked for.
         if response.status.is_informational() {
             if response.status.as_u16() == 101 {
-                return Err(Attempt::Failed(RequestError::UpstreamProtocolError));
+                return Err(Attempt::Failed {
+                    error: RequestError::UpstreamProtocolError,
+                    unsent: false,
+                });
             }
             continue;
         }
@@ -226,18 +309,22 @@ fn upstream_failure(error: &Error) -> RequestError {
     }
 }
 
-/// Relays body chunks as they come; watches for the client leaving and the upstream stalling.
+/// Relays body chunks as they come; watches for the client leaving and the upstream stalling
+/// (no chunk within `idle_timeout`) or running past its total deadline.
 async fn relay_body(
     session: &mut Session,
     connection: &mut UpstreamSession,
     upstream: &Upstream,
+    deadline: Option<Instant>,
     exchange: &mut Exchange,
 ) -> Result<(), ForwardError> {
     let mut tail = [b'\n'; 2];
     loop {
         let waited_from = Instant::now();
+        let next_by =
+            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
         let read = tokio::select! {
-            read = tokio::time::timeout(upstream.idle_timeout, connection.read_body_bytes()) => read,
+            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
             gone = session.as_downstream_mut().read_body_or_idle(true) => {
                 connection.shutdown().await;
                 return Err(ForwardError::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));

@@ -3,6 +3,7 @@
 
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
+use crate::health::UpstreamStates;
 use crate::limits::{Clock, Limiter};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
@@ -15,6 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct Gateway {
     catalog: ArcSwap<Catalog>,
     pub limiter: Limiter,
+    /// Upstream health, load and queues (`health.rs`).
+    pub upstreams: UpstreamStates,
     pub metrics: Metrics,
     /// Pooled keep-alive connections to every upstream (HTTP/1.1, TLS by rustls).
     pub connector: TransportConnector,
@@ -29,7 +32,8 @@ impl Gateway {
         metrics.config_last_success.set(unix_seconds());
         Gateway {
             catalog: ArcSwap::from_pointee(catalog),
-            limiter: Limiter::new(clock),
+            limiter: Limiter::new(Arc::clone(&clock)),
+            upstreams: UpstreamStates::new(clock),
             metrics,
             connector: TransportConnector::new(Some(ConnectorOptions::new(128))),
             access_log,
@@ -51,6 +55,8 @@ impl Gateway {
         let catalog = Arc::new(catalog);
         self.catalog.store(Arc::clone(&catalog));
         self.limiter.retain_keys(|name| catalog.has_key_named(name));
+        self.upstreams
+            .retain(|name| catalog.upstreams.iter().any(|u| u.name == name));
     }
 
     /// Stops admitting new requests (they get 503 `overloaded`); `/readyz` turns 503.
@@ -60,6 +66,20 @@ impl Gateway {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// Sets the gauges that describe state at a point in time (upstream availability) and
+    /// renders every series: what `GET /metrics` serves.
+    pub fn render_metrics(&self) -> Vec<u8> {
+        for upstream in &self.catalog().upstreams {
+            let available = self.upstreams.availability(&upstream.name)
+                == crate::health::Availability::Available;
+            self.metrics
+                .upstream_available
+                .with_label_values(&[&upstream.name])
+                .set(i64::from(available));
+        }
+        self.metrics.render()
     }
 }
 

@@ -19,6 +19,13 @@ pub struct Metrics {
     pub rejections: IntCounterVec,
     pub upstream_errors: IntCounterVec,
     pub config_reloads: IntCounterVec,
+    pub upstream_in_flight: IntGaugeVec,
+    pub upstream_available: IntGaugeVec,
+    pub upstream_ejections: IntCounterVec,
+    pub upstream_cooldowns: IntCounterVec,
+    pub upstream_retries: IntCounterVec,
+    pub upstream_queue: HistogramVec,
+    pub upstream_health_checks: IntCounterVec,
     pub config_generation: IntGauge,
     pub config_last_success: IntGauge,
 }
@@ -106,6 +113,63 @@ impl Metrics {
             "Unix time of the last configuration load that succeeded.",
         )
         .expect("valid metric");
+        let upstream_in_flight = IntGaugeVec::new(
+            Opts::new(
+                "sluice_upstream_in_flight_requests",
+                "Requests being sent to or answered by an upstream now.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let upstream_available = IntGaugeVec::new(
+            Opts::new(
+                "sluice_upstream_available",
+                "1 while an upstream takes requests, 0 while it is ejected or cooling down (as of the scrape).",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let upstream_ejections = IntCounterVec::new(
+            Opts::new(
+                "sluice_upstream_ejections_total",
+                "Times an upstream was ejected after consecutive failures.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let upstream_cooldowns = IntCounterVec::new(
+            Opts::new(
+                "sluice_upstream_cooldowns_total",
+                "Times an upstream answered 429 and was cooled down.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let upstream_retries = IntCounterVec::new(
+            Opts::new(
+                "sluice_upstream_retries_total",
+                "Requests sent again after an attempt that provably did not reach or was not processed by an upstream.",
+            ),
+            &["upstream", "reason"],
+        )
+        .expect("valid metric");
+        let upstream_queue = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_upstream_queue_seconds",
+                "Time spent waiting for a slot of an upstream's max_concurrent.",
+            )
+            .buckets(exponential_buckets(0.0001, 2.0, 18).expect("static buckets")),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let upstream_health_checks = IntCounterVec::new(
+            Opts::new(
+                "sluice_upstream_health_checks_total",
+                "Active health checks of an upstream, by result (pass, fail).",
+            ),
+            &["upstream", "result"],
+        )
+        .expect("valid metric");
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "sluice_build_info",
@@ -129,6 +193,13 @@ impl Metrics {
             Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
             Box::new(config_last_success.clone()),
+            Box::new(upstream_in_flight.clone()),
+            Box::new(upstream_available.clone()),
+            Box::new(upstream_ejections.clone()),
+            Box::new(upstream_cooldowns.clone()),
+            Box::new(upstream_retries.clone()),
+            Box::new(upstream_queue.clone()),
+            Box::new(upstream_health_checks.clone()),
             Box::new(build_info),
         ] {
             registry
@@ -147,6 +218,13 @@ impl Metrics {
             config_reloads,
             config_generation,
             config_last_success,
+            upstream_in_flight,
+            upstream_available,
+            upstream_ejections,
+            upstream_cooldowns,
+            upstream_retries,
+            upstream_queue,
+            upstream_health_checks,
         }
     }
 

@@ -19,15 +19,15 @@
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key};
+use crate::dispatch::{dispatch as dispatch_request, Called, Dispatch};
 use crate::error::RequestError;
-use crate::forward::{forward, Call, Exchange, ForwardError};
+use crate::forward::{Exchange, ForwardError};
 use crate::gateway::Gateway;
 use crate::limits::{rate_headers, Admission, Permit, RateStatus};
 use crate::metrics::UNKNOWN;
-use crate::request_body::{check_media_type, inspect, with_model};
+use crate::request_body::{check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::route::{route, Route};
-use crate::upstream::{request_header, upstream_path};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
@@ -58,8 +58,8 @@ pub struct RequestContext {
     /// The model ID as the client sent it (for the log), and the catalog ID once known.
     model: Option<String>,
     model_label: Option<String>,
-    upstream_name: Option<String>,
-    upstream_url: Option<String>,
+    /// The upstream called last.
+    called: Called,
     stream: bool,
     status: u16,
     error: Option<RequestError>,
@@ -114,8 +114,7 @@ impl ProxyHttp for Proxy {
             key: None,
             model: None,
             model_label: None,
-            upstream_name: None,
-            upstream_url: None,
+            called: Called::default(),
             stream: false,
             status: 0,
             error: None,
@@ -346,62 +345,40 @@ impl Proxy {
             .into());
         }
         // 7. Upstream.
-        let target = &model.targets[0];
-        let upstream = &target.upstream;
-        let body = match &target.upstream_model {
-            Some(name) => with_model(&body, &request, name),
-            None => body,
-        };
-        let path = upstream_path(
-            upstream,
-            "/chat/completions",
-            session.req_header().uri.query(),
-        );
-        ctx.upstream_name = Some(upstream.name.clone());
-        ctx.upstream_url = Some(format!(
-            "{}{}",
-            upstream.origin,
-            upstream_path(upstream, "/chat/completions", None)
-        ));
-        let header = request_header(session.req_header(), upstream, &path, &ctx.request_id, body.len()).map_err(|e| {
-            log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "cannot build the upstream request");
-            RequestError::Internal
-        })?;
-        let call = Call {
-            upstream,
-            header,
+        let dispatch = Dispatch {
+            model,
+            request: &request,
             body,
-            request_started: ctx.started,
             request_id: &ctx.request_id,
+            request_started: ctx.started,
             extra_headers: ctx
                 .rate
                 .as_ref()
                 .map(|r| rate_headers(r).to_vec())
                 .unwrap_or_default(),
+            retry_attempts: catalog.retry_attempts,
+            retry_backoff: catalog.retry_backoff,
         };
-        let result = forward(session, &self.gateway, call, &mut ctx.exchange).await;
+        let result = dispatch_request(
+            session,
+            &self.gateway,
+            dispatch,
+            &mut ctx.exchange,
+            &mut ctx.called,
+        )
+        .await;
         if let Some(status) = ctx.exchange.status {
             ctx.status = status;
         }
         match result {
             Ok(()) => Ok(()),
-            Err(ForwardError::BeforeResponse(error)) => {
-                self.gateway
-                    .metrics
-                    .upstream_errors
-                    .with_label_values(&[&upstream.name, error.code()])
-                    .inc();
-                Err(Failure::Answer(error))
-            }
+            Err(ForwardError::BeforeResponse { error, .. }) => Err(Failure::Answer(error)),
             Err(ForwardError::AfterResponse { error, close }) => {
-                self.gateway
-                    .metrics
-                    .upstream_errors
-                    .with_label_values(&[&upstream.name, error.code()])
-                    .inc();
                 Err(Failure::Ended { error, close })
             }
             Err(ForwardError::ClientGone(e)) => Err(Failure::Abort(e)),
+            // `dispatch` resolves every hand-back itself.
+            Err(ForwardError::Throttled { .. }) => Err(Failure::Answer(RequestError::Internal)),
         }
     }
 
@@ -482,8 +459,8 @@ impl Proxy {
             host: &host,
             key,
             model: ctx.model.as_deref(),
-            upstream: ctx.upstream_name.as_deref(),
-            upstream_url: ctx.upstream_url.as_deref(),
+            upstream: ctx.called.upstream.as_deref(),
+            upstream_url: ctx.called.url.as_deref(),
             status,
             stream: ctx.stream,
             duration_ms: millis(duration),

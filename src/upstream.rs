@@ -154,6 +154,17 @@ mod tests {
             credential: credential.map(|c| Secret::new(c.into())),
             first_byte_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(1),
+            policy: crate::config::UpstreamPolicy {
+                total_timeout: None,
+                max_concurrent: None,
+                max_queue: 0,
+                queue_timeout: Duration::from_secs(1),
+                rate_limit_cooldown: Duration::from_secs(1),
+                eject_after_failures: 1,
+                eject_duration: Duration::from_secs(1),
+                eject_duration_max: Duration::from_secs(1),
+                health_check_interval: None,
+            },
         }
     }
 

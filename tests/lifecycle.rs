@@ -76,13 +76,20 @@ async fn sigterm_lets_a_stream_in_flight_finish_then_exits_at_once() {
     process.signal("TERM");
     let ready = loop {
         // The admin listener stays up during the drain and says so.
-        let status = get(process.admin, "/readyz", None).await.status;
-        if status != 200 {
-            break status;
+        let readiness = get(process.admin, "/readyz", None).await;
+        if readiness.status != 200 {
+            break readiness;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    assert_eq!(ready, 503, "/readyz turns 503 while draining");
+    assert_eq!(
+        ready.status,
+        503,
+        "/readyz turns 503 while draining: {}\nstderr: {}",
+        ready.text(),
+        process.stderr()
+    );
+    assert_eq!(ready.json()["status"], "draining");
     assert!(
         tokio::net::TcpStream::connect(process.addr).await.is_err(),
         "the client listener no longer accepts"
