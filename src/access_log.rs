@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One request's record.
@@ -35,31 +36,118 @@ pub struct AccessRecord<'a> {
     pub since_previous_ms: Option<f64>,
 }
 
+/// How often the background writer writes what requests logged.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(10);
+/// Past this many bytes waiting, a request writes them itself (the writer fell behind).
+const MAX_PENDING_BYTES: usize = 8 << 20;
+
 /// Where access records go: stdout in the binary, a buffer in tests.
+///
+/// A request only appends its line to a buffer; a background thread writes the buffer out
+/// every 10 ms. A write per request would cost a system call on every request's path.
+/// Lines are never reordered; [`AccessLog::flush`] writes what is pending (at shutdown).
 pub struct AccessLog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    pending: Mutex<Vec<u8>>,
     out: Mutex<Box<dyn Write + Send>>,
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn drain(&self) {
+        // Holding `out` across the swap keeps lines in order between two drains.
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        if !batch.is_empty() {
+            let _ = out.write_all(&batch);
+            let _ = out.flush();
+        }
+    }
 }
 
 impl AccessLog {
     pub fn new(out: Box<dyn Write + Send>) -> Self {
-        AccessLog {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Vec::with_capacity(64 << 10)),
             out: Mutex::new(out),
+            stopped: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let writer = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || loop {
+                let stopped = {
+                    let guard = writer.stopped.lock().unwrap_or_else(|p| p.into_inner());
+                    let (guard, _) = writer
+                        .wake
+                        .wait_timeout(guard, FLUSH_INTERVAL)
+                        .unwrap_or_else(|p| p.into_inner());
+                    *guard
+                };
+                writer.drain();
+                if stopped {
+                    return;
+                }
+            });
+        if spawned.is_err() {
+            // Without a writer thread every line is written by the request that logs it.
+            *shared.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
         }
+        AccessLog { shared }
     }
 
     pub fn stdout() -> Self {
         Self::new(Box::new(std::io::stdout()))
     }
 
-    /// Writes one record as one line. A failed write is dropped: logging never fails a request.
+    /// Appends one record as one line. Logging never fails a request: a record that does
+    /// not serialize, or a failed write, is dropped.
     pub fn write(&self, record: &AccessRecord) {
-        let Ok(mut line) = serde_json::to_vec(record) else {
-            return;
+        let backlog = {
+            let mut pending = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let before = pending.len();
+            if serde_json::to_writer(&mut *pending, record).is_err() {
+                pending.truncate(before);
+                return;
+            }
+            pending.push(b'\n');
+            pending.len()
         };
-        line.push(b'\n');
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = out.write_all(&line);
-        let _ = out.flush();
+        if backlog > MAX_PENDING_BYTES
+            || *self
+                .shared
+                .stopped
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+        {
+            self.shared.drain();
+        }
+    }
+
+    /// Writes every pending line now.
+    pub fn flush(&self) {
+        self.shared.drain();
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        *self
+            .shared
+            .stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = true;
+        self.shared.wake.notify_all();
+        self.shared.drain();
     }
 }
 

@@ -92,12 +92,14 @@ pub async fn dispatch(
                     error,
                     unsent: true,
                 })?;
-        gateway
-            .metrics
-            .upstream_queue
-            .with_label_values(&[&upstream.name])
-            .observe(slot.queued.as_secs_f64());
-        let _in_flight = states.start_request(
+        if slot.permit.is_some() {
+            gateway
+                .metrics
+                .upstream_queue
+                .with_label_values(&[&upstream.name])
+                .observe(slot.queued.as_secs_f64());
+        }
+        let in_flight = states.start_request(
             &upstream.name,
             gateway
                 .metrics
@@ -114,8 +116,10 @@ pub async fn dispatch(
             extra_headers: dispatch.extra_headers.clone(),
             hand_back_429: may_resend && another_available(model, states, &[index]),
         };
+        // A resend starts afresh: the status of a handed-back 429 is not this request's.
+        exchange.status = None;
         let result = forward(session, gateway, call, exchange).await;
-        drop(slot);
+        drop((slot, in_flight));
 
         let count_error = |error: &RequestError| {
             gateway
@@ -199,7 +203,7 @@ fn cool_down(
     retry_after: Option<Duration>,
 ) {
     let wait = retry_after.unwrap_or(upstream.policy.rate_limit_cooldown);
-    gateway.upstreams.cool_down(&upstream.name, wait);
+    gateway.upstreams.cool_down(upstream, wait);
     gateway
         .metrics
         .upstream_cooldowns

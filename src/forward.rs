@@ -236,18 +236,26 @@ async fn attempt(
         connection.write_body(body).await?;
         connection.finish_body().await
     };
-    if let Err(e) = sent.await {
-        return Err(if reused {
-            Attempt::DeadReused
-        } else {
-            Attempt::Failed {
+    // Sending is bounded by the same deadline as the first byte: a stalled upstream that
+    // stops reading must not hold the request forever.
+    let deadline = tokio::time::Instant::from_std(first_byte_by);
+    match tokio::time::timeout_at(deadline, sent).await {
+        Err(_elapsed) => {
+            return Err(Attempt::Failed {
+                error: RequestError::UpstreamTimeout,
+                unsent: false,
+            })
+        }
+        Ok(Err(_)) if reused => return Err(Attempt::DeadReused),
+        Ok(Err(e)) => {
+            return Err(Attempt::Failed {
                 error: upstream_failure(&e),
                 unsent: false,
-            }
-        });
+            })
+        }
+        Ok(Ok(_)) => {}
     }
 
-    let deadline = tokio::time::Instant::from_std(first_byte_by);
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout_at(deadline, connection.read_response()) => read,

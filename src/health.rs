@@ -142,8 +142,25 @@ impl UpstreamStates {
         }
     }
 
-    /// An answer that shows the upstream working: failures and ejections are forgotten.
+    /// A request that the upstream answered well: failures and past ejections are
+    /// forgotten. A request that started before an ejection does not end it (failures
+    /// during an ejection are ignored the same way); only a passing check does.
     pub fn record_success(&self, name: &str) {
+        let state = self.state(name);
+        let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
+        if health
+            .ejected_until
+            .is_some_and(|until| until > self.clock.now())
+        {
+            return;
+        }
+        health.consecutive_failures = 0;
+        health.ejections_in_a_row = 0;
+        health.ejected_until = None;
+    }
+
+    /// An active check passed: the upstream is back at once, ejected or not.
+    pub fn record_check_passed(&self, name: &str) {
         let state = self.state(name);
         let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
         health.consecutive_failures = 0;
@@ -151,7 +168,7 @@ impl UpstreamStates {
         health.ejected_until = None;
     }
 
-    /// A failure (no connection, timeout, garbage, 5xx, a cut stream). Returns the
+    /// A failure (no connection, timeout, garbage, a 500/502/503/504, a cut stream). Returns the
     /// ejection's length when this failure ejects the upstream.
     pub fn record_failure(&self, upstream: &Upstream) -> Option<Duration> {
         let policy = &upstream.policy;
@@ -179,11 +196,12 @@ impl UpstreamStates {
         Some(length)
     }
 
-    /// A 429: send nothing to this upstream for `wait`.
-    pub fn cool_down(&self, name: &str, wait: Duration) {
-        let state = self.state(name);
+    /// A 429: send nothing to this upstream for `wait`, at most `eject_duration_max` (an
+    /// upstream asking for an hour does not take itself out for an hour).
+    pub fn cool_down(&self, upstream: &Upstream, wait: Duration) {
+        let state = self.state(&upstream.name);
         let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
-        let until = self.clock.now() + wait;
+        let until = self.clock.now() + wait.min(upstream.policy.eject_duration_max);
         health.cooldown_until = Some(health.cooldown_until.map_or(until, |u| u.max(until)));
     }
 

@@ -171,6 +171,7 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     let in_flight = gateway.limiter.gateway_in_flight();
     log::info!(target: "sluice", in_flight, grace:? = grace; "draining");
     let abandoned = running.shutdown(grace).await;
+    gateway.access_log.flush();
     log::info!(target: "sluice", abandoned; "stopped");
     Ok(())
 }

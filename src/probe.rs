@@ -55,7 +55,7 @@ pub async fn check(gateway: &Gateway, upstream: &Upstream) -> bool {
         .with_label_values(&[&upstream.name, result])
         .inc();
     if passed {
-        gateway.upstreams.record_success(&upstream.name);
+        gateway.upstreams.record_check_passed(&upstream.name);
     } else if gateway.upstreams.record_failure(upstream).is_some() {
         gateway
             .metrics
@@ -66,10 +66,12 @@ pub async fn check(gateway: &Gateway, upstream: &Upstream) -> bool {
     passed
 }
 
-/// Whether `GET {url}/models` answers 2xx with a complete body.
+/// Whether `GET {url}/models` answers 2xx (the body is read and discarded).
 async fn models_answers(gateway: &Gateway, upstream: &Upstream) -> bool {
     let peer = &upstream.peer;
-    let Ok((stream, _)) = gateway.connector.get_stream(peer).await else {
+    // A fresh connection: a pooled one the backend has closed (llama.cpp closes after each
+    // streamed response) would fail the check for nothing.
+    let Ok(stream) = gateway.connector.new_stream(peer).await else {
         return false;
     };
     let mut session = UpstreamSession::new_with_options(stream, peer);

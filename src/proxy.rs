@@ -5,16 +5,18 @@
 //! | `new_ctx`              | start the clock; empty [`RequestContext`]                       |
 //! | `early_request_filter` | load the catalog snapshot once; client read/write timeouts     |
 //! | `request_filter`       | [`Proxy::handle`]: host, route, key, limits, body, model,       |
-//! |                        | capabilities, then answer locally or [`forward`] upstream;      |
-//! |                        | always returns `Ok(true)`: the response is complete here         |
+//! |                        | capabilities, then answer locally or send upstream through     |
+//! |                        | `dispatch.rs`; always returns `Ok(true)`: the response is done  |
 //! | `upstream_peer`        | never reached (see `request_filter`)                            |
 //! | `fail_to_proxy`        | an unexpected error: JSON 500 if nothing was sent yet            |
 //! | `logging`              | access log line and metrics                                     |
 //!
-//! Chat completions are forwarded by hand (`forward.rs`) because the model is in the body and
-//! pingora's own replay of a pre-read body stops at 64 KiB. Resources a request holds (limit
-//! permits, the in-flight gauge) live in the context and are released when it drops, which
-//! happens after `logging`, or without it when a task is cancelled at shutdown.
+//! Chat completions are forwarded by hand (`dispatch.rs` picks the target, `forward.rs` does
+//! the exchange) because the model is in the body and pingora's own replay of a pre-read
+//! body stops at 64 KiB. Resources a request holds (limit permits, the in-flight gauge)
+//! live in the context and are released when it drops, which happens after `logging`, or
+//! without it when a task is cancelled at shutdown. The upstream slot and upstream in-flight
+//! count live in `dispatch`'s future, which the request's task owns: dropped the same way.
 
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::auth::authenticate;

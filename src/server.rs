@@ -6,8 +6,10 @@
 
 use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest, SocketDigest};
 use pingora::server::ShutdownWatch;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -41,7 +43,11 @@ where
             Ok((tcp, _peer)) => {
                 // Nagle against delayed ACK stalls small responses by ~40 ms.
                 let _ = tcp.set_nodelay(true);
-                let stream: pingora::protocols::Stream = Box::new(L4Stream::from(tcp));
+                let digest = SocketDigest::from_raw_fd(tcp.as_raw_fd());
+                let mut stream = L4Stream::from(tcp);
+                // Addresses are then looked up once per connection, not once per request.
+                stream.set_socket_digest(digest);
+                let stream: pingora::protocols::Stream = Box::new(stream);
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {

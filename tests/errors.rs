@@ -398,3 +398,32 @@ async fn a_connect_timeout_is_504_upstream_timeout() {
     );
     drop(listener);
 }
+
+#[tokio::test]
+async fn an_upstream_that_stops_reading_the_request_times_out() {
+    // Accepts connections and never reads: a large body fills the socket buffers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let gw = TestGateway::start(&config_with(
+        &format!("http://{addr}/v1"),
+        "max_body_bytes: 64MiB",
+    ))
+    .await;
+    let filler = "x".repeat(48 << 20);
+    let body =
+        format!(r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{filler}"}}]}}"#);
+    let started = std::time::Instant::now();
+    let response = chat(gw.addr(), ALPHA, &body).await;
+    assert_eq!(response.error().2, "upstream_timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "bounded by first_byte_timeout (2s), not forever"
+    );
+    held.abort();
+}
