@@ -12,6 +12,7 @@ use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::health::upstream_retry_after;
 use crate::respond::stream_error_event;
+use crate::transport::BufferedStream;
 use crate::upstream::{is_event_stream, response_header};
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -225,15 +226,23 @@ async fn attempt(
         // Nothing was sent on a connection that never opened.
         Attempt::Failed { error: upstream_failure(&e), unsent: true }
     })?;
+    // Header and body leave together: pingora flushes the header on its own otherwise.
+    let (stream, coalesce) = BufferedStream::wrap(stream);
     let mut connection = UpstreamSession::new_with_options(stream, peer);
     // Our own timeouts apply (first byte, idle gap, total), not a per-read one.
     connection.read_timeout = None;
 
     let sent = async {
-        connection
+        coalesce.hold();
+        let header_written = connection
             .write_request_header(Box::new(header.clone()))
-            .await?;
-        connection.write_body(body).await?;
+            .await;
+        let body_written = match header_written {
+            Ok(_) => connection.write_body(body).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        coalesce.release();
+        body_written?;
         connection.finish_body().await
     };
     // Sending is bounded by the same deadline as the first byte: a stalled upstream that

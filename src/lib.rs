@@ -25,4 +25,5 @@ pub mod route;
 pub mod routing;
 pub mod secret;
 pub mod server;
+pub mod transport;
 pub mod upstream;

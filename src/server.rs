@@ -4,6 +4,7 @@
 //! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
+use crate::transport::BufferedStream;
 use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest};
@@ -47,7 +48,8 @@ where
                 let mut stream = L4Stream::from(tcp);
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
-                let stream: pingora::protocols::Stream = Box::new(stream);
+                let stream: pingora::protocols::Stream =
+                    Box::new(BufferedStream::new(Box::new(stream)));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
