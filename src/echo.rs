@@ -132,7 +132,12 @@ impl Echo {
             .await
             .ok()?;
         for (i, word) in words.iter().enumerate() {
-            tokio::time::sleep(self.word_delay).await;
+            // A client that leaves while we wait ends the stream at once, instead of holding
+            // the task and its socket for the whole delay.
+            tokio::select! {
+                _ = tokio::time::sleep(self.word_delay) => {}
+                _ = session.read_body_or_idle(true) => return None,
+            }
             let text = if i == 0 {
                 word.to_string()
             } else {
