@@ -80,14 +80,15 @@ impl HttpServerApp for Admin {
             self.answer(request.method.as_str(), request.uri.path())
         };
         write_simple(&mut session, status, content_type, body).await?;
-        let settings = HttpPersistentSettings::for_session(&session);
-        session
-            .finish()
-            .await
-            .ok()
-            .flatten()
-            .map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
+        finish(session).await
     }
+}
+
+/// Ends a served request; the connection, if it may carry another one.
+pub async fn finish(session: ServerSession) -> Option<ReusedHttpStream> {
+    let settings = HttpPersistentSettings::for_session(&session);
+    let reusable = session.finish().await.ok().flatten()?;
+    Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
 }
 
 /// Writes a whole small response; `None` when the client is gone.

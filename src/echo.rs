@@ -3,10 +3,10 @@
 //! shipped `gateway.yaml` starts it so a newcomer can call the real proxy path with no
 //! inference backend installed; the benchmarks use it as their upstream.
 
-use crate::admin::write_simple;
+use crate::admin::{finish, write_simple};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
@@ -67,13 +67,7 @@ impl HttpServerApp for Echo {
                 .await?
             }
         }
-        let settings = HttpPersistentSettings::for_session(&session);
-        session
-            .finish()
-            .await
-            .ok()
-            .flatten()
-            .map(|s| ReusedHttpStream::from_reusable_stream(s, settings))
+        finish(session).await
     }
 }
 

@@ -266,18 +266,7 @@ pub struct EventStream {
 impl EventStream {
     /// Sends a streaming chat request and reads the response head.
     pub async fn open(addr: SocketAddr, key: &str, body: &str) -> EventStream {
-        let mut conn = Conn::open(addr).await;
-        let auth = format!("Bearer {key}");
-        conn.write(&request_bytes(
-            "POST",
-            "/v1/chat/completions",
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
-            body.as_bytes(),
-        ))
-        .await;
+        let mut conn = Self::open_without_head(addr, key, body).await;
         let (status, headers) = conn.read_head(false).await.expect("a response head");
         EventStream {
             status,
