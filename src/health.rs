@@ -218,15 +218,14 @@ impl UpstreamStates {
             let state = self.state(&upstream.name);
             let mut gate = state.gate.lock().unwrap_or_else(|p| p.into_inner());
             // A new limit after a reload gets a new gate; requests on the old one finish.
-            if gate.as_ref().is_none_or(|g| g.limit != limit.get()) {
-                let slots = Arc::new(Semaphore::new(limit.get() as usize));
-                *gate = Some(Gate {
-                    limit: limit.get(),
-                    slots,
-                    waiting: Arc::new(AtomicU32::new(0)),
-                });
+            if gate.as_ref().is_some_and(|g| g.limit != limit.get()) {
+                *gate = None;
             }
-            let gate = gate.as_ref().expect("set above");
+            let gate = gate.get_or_insert_with(|| Gate {
+                limit: limit.get(),
+                slots: Arc::new(Semaphore::new(limit.get() as usize)),
+                waiting: Arc::new(AtomicU32::new(0)),
+            });
             (Arc::clone(&gate.slots), Arc::clone(&gate.waiting))
         };
         if let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {

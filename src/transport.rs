@@ -70,18 +70,20 @@ impl BufferedStream {
     /// The stream to give to pingora, and the handle that holds its flushes back. A stream
     /// that is already buffered (back from the connection pool) keeps its buffer and handle.
     pub fn wrap(inner: Stream) -> (Stream, Coalesce) {
-        if inner.as_any().is::<BufferedStream>() {
-            if let Ok(buffered) = inner.into_any().downcast::<BufferedStream>() {
-                let coalesce = buffered.coalesce.clone();
-                return (buffered, coalesce);
+        let existing = inner
+            .as_any()
+            .downcast_ref::<BufferedStream>()
+            .map(|b| b.coalesce.clone());
+        match existing {
+            Some(coalesce) => (inner, coalesce),
+            None => {
+                let coalesce = Coalesce::default();
+                (
+                    Box::new(Self::with_coalesce(inner, coalesce.clone())),
+                    coalesce,
+                )
             }
-            unreachable!("checked to be a BufferedStream above");
         }
-        let coalesce = Coalesce::default();
-        (
-            Box::new(Self::with_coalesce(inner, coalesce.clone())),
-            coalesce,
-        )
     }
 
     /// Writes out the whole buffer.
