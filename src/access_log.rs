@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +39,7 @@ pub struct AccessRecord<'a> {
 
 /// How often the background writer writes what requests logged.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(10);
-/// Past this many bytes waiting, a request writes them itself (the writer fell behind).
+/// Past this many bytes waiting (stdout blocked), new lines are dropped and counted.
 const MAX_PENDING_BYTES: usize = 8 << 20;
 
 /// Where access records go: stdout in the binary, a buffer in tests.
@@ -48,6 +49,7 @@ const MAX_PENDING_BYTES: usize = 8 << 20;
 /// Lines are never reordered; [`AccessLog::flush`] writes what is pending (at shutdown).
 pub struct AccessLog {
     shared: Arc<Shared>,
+    dropped: AtomicU64,
 }
 
 struct Shared {
@@ -98,7 +100,10 @@ impl AccessLog {
             // Without a writer thread every line is written by the request that logs it.
             *shared.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
         }
-        AccessLog { shared }
+        AccessLog {
+            shared,
+            dropped: AtomicU64::new(0),
+        }
     }
 
     pub fn stdout() -> Self {
@@ -108,29 +113,38 @@ impl AccessLog {
     /// Appends one record as one line. Logging never fails a request: a record that does
     /// not serialize, or a failed write, is dropped.
     pub fn write(&self, record: &AccessRecord) {
-        let backlog = {
+        let writer_running = !*self
+            .shared
+            .stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        {
             let mut pending = self
                 .shared
                 .pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
+            if writer_running && pending.len() > MAX_PENDING_BYTES {
+                // stdout is not draining (a blocked log pipe): drop the line rather than
+                // block a request on it, and count it.
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let before = pending.len();
             if serde_json::to_writer(&mut *pending, record).is_err() {
                 pending.truncate(before);
                 return;
             }
             pending.push(b'\n');
-            pending.len()
-        };
-        if backlog > MAX_PENDING_BYTES
-            || *self
-                .shared
-                .stopped
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-        {
+        }
+        if !writer_running {
             self.shared.drain();
         }
+    }
+
+    /// Lines dropped because stdout did not keep up.
+    pub fn dropped_lines(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Writes every pending line now.

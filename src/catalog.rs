@@ -202,10 +202,8 @@ impl Catalog {
 
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
-        return host
-            .split(']')
-            .next()
-            .map_or(host, |h| &host[..h.len() + 1]);
+        // "[::1]:8080" -> "[::1]"; a bracket never closed is left whole (and matches nothing).
+        return host.find(']').map_or(host, |end| &host[..=end]);
     }
     host.rsplit_once(':').map_or(host, |(name, port)| {
         if port.chars().all(|c| c.is_ascii_digit()) {
@@ -316,5 +314,7 @@ mod tests {
         assert_eq!(strip_port("api.example.com:8080"), "api.example.com");
         assert_eq!(strip_port("api.example.com"), "api.example.com");
         assert_eq!(strip_port("[::1]:8080"), "[::1]");
+        assert_eq!(strip_port("[x"), "[x", "an unclosed bracket does not panic");
+        assert_eq!(strip_port("["), "[");
     }
 }

@@ -265,6 +265,7 @@ async fn attempt(
         Ok(Ok(_)) => {}
     }
 
+    let read_before_answer = coalesce.bytes_read();
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout_at(deadline, connection.read_response()) => read,
@@ -280,8 +281,11 @@ async fn attempt(
                     unsent: false,
                 })
             }
+            // Dead only if not one byte of answer came: after a partial answer the request
+            // may have been processed, and is not sent again.
             Ok(Err(e))
                 if reused
+                    && coalesce.bytes_read() == read_before_answer
                     && !matches!(e.retry, RetryType::Decided(false))
                     && e.etype() != &ErrorType::InvalidHTTPHeader =>
             {

@@ -79,6 +79,9 @@ impl Gateway {
                 .with_label_values(&[&upstream.name])
                 .set(i64::from(available));
         }
+        self.metrics
+            .access_log_dropped
+            .set(self.access_log.dropped_lines() as i64);
         self.metrics.render()
     }
 }

@@ -72,6 +72,15 @@ impl Drop for InFlightToUpstream {
     }
 }
 
+/// One place in an upstream's queue, given back on drop.
+struct Waiting(Arc<AtomicU32>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What a request went through to get an upstream slot.
 pub struct Slot {
     pub permit: Option<OwnedSemaphorePermit>,
@@ -243,9 +252,10 @@ impl UpstreamStates {
         if took.is_err() {
             return Err(saturated);
         }
+        // A guard, so a request dropped while it waits (shutdown) still leaves the queue.
+        let _in_queue = Waiting(waiting);
         let started = std::time::Instant::now();
         let acquired = tokio::time::timeout(policy.queue_timeout, slots.acquire_owned()).await;
-        waiting.fetch_sub(1, Ordering::AcqRel);
         match acquired {
             Ok(Ok(permit)) => Ok(Slot {
                 permit: Some(permit),
@@ -271,12 +281,16 @@ pub fn upstream_retry_after(
 ) -> Option<Duration> {
     if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+            // try_: a huge value (1e30) would overflow a Duration and panic.
+            return Duration::try_from_secs_f64(ms / 1000.0)
+                .ok()
+                .or(Some(Duration::MAX));
         }
     }
     let value = retry_after?.trim();
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
     }
     let date = httpdate::parse_http_date(value).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
@@ -312,6 +326,15 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(upstream_retry_after(None, Some("soon"), now), None);
+        assert_eq!(
+            upstream_retry_after(None, Some("1e20"), now),
+            Some(Duration::MAX),
+            "huge, not a panic"
+        );
+        assert_eq!(
+            upstream_retry_after(Some("1e30"), None, now),
+            Some(Duration::MAX)
+        );
         assert_eq!(upstream_retry_after(None, None, SystemTime::now()), None);
     }
 }

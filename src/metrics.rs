@@ -26,6 +26,7 @@ pub struct Metrics {
     pub upstream_retries: IntCounterVec,
     pub upstream_queue: HistogramVec,
     pub upstream_health_checks: IntCounterVec,
+    pub access_log_dropped: IntGauge,
     pub config_generation: IntGauge,
     pub config_last_success: IntGauge,
 }
@@ -170,6 +171,11 @@ impl Metrics {
             &["upstream", "result"],
         )
         .expect("valid metric");
+        let access_log_dropped = IntGauge::new(
+            "sluice_access_log_dropped_lines",
+            "Access log lines dropped since start because stdout did not keep up (set at scrape time).",
+        )
+        .expect("valid metric");
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "sluice_build_info",
@@ -200,6 +206,7 @@ impl Metrics {
             Box::new(upstream_retries.clone()),
             Box::new(upstream_queue.clone()),
             Box::new(upstream_health_checks.clone()),
+            Box::new(access_log_dropped.clone()),
             Box::new(build_info),
         ] {
             registry
@@ -225,6 +232,7 @@ impl Metrics {
             upstream_retries,
             upstream_queue,
             upstream_health_checks,
+            access_log_dropped,
         }
     }
 

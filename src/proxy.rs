@@ -166,7 +166,12 @@ impl ProxyHttp for Proxy {
                 }
                 Ok(true)
             }
-            Err(Failure::Abort(e)) => Err(e),
+            Err(Failure::Abort(mut e)) => {
+                // Only the client's side aborts (it left, or reading or writing it failed):
+                // marked so, `fail_to_proxy` answers nothing and counts no internal error.
+                e.esource = ErrorSource::Downstream;
+                Err(e)
+            }
         }
     }
 
@@ -318,7 +323,7 @@ impl Proxy {
                 .get("content-type")
                 .map(|v| v.as_bytes()),
         )?;
-        let body = read_body(session, catalog.max_body_bytes).await?;
+        let body = read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?;
         let request = inspect(&body)?;
         ctx.model = Some(request.model.clone());
         ctx.stream = request.stream;
@@ -460,7 +465,10 @@ impl Proxy {
             path: request.uri.path(),
             host: &host,
             key,
-            model: ctx.model.as_deref(),
+            model: ctx
+                .model
+                .as_deref()
+                .map(|m| bounded(m, MAX_LOGGED_MODEL_BYTES)),
             upstream: ctx.called.upstream.as_deref(),
             upstream_url: ctx.called.url.as_deref(),
             status,
@@ -487,6 +495,21 @@ impl Proxy {
         };
         self.gateway.access_log.write(&record);
     }
+}
+
+/// Longest client-sent model ID written to the access log (the body may hold megabytes).
+const MAX_LOGGED_MODEL_BYTES: usize = 256;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The Host a request names (HTTP/1 header, or the authority of an HTTP/2 request).
@@ -516,7 +539,11 @@ fn check_declared_length(session: &Session, limit: usize) -> Result<(), RequestE
 
 /// Reads the whole request body, refusing it past `limit` bytes. Answers
 /// `Expect: 100-continue` first: by now the request is known to be acceptable so far.
-async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Failure> {
+async fn read_body(
+    session: &mut Session,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, Failure> {
     let expects_continue = session
         .req_header()
         .headers
@@ -529,12 +556,23 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Failure
             .await
             .map_err(Failure::Abort)?;
     }
-    let mut body = BytesMut::new();
-    while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {
-        if body.len() + chunk.len() > limit {
-            return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
+    // The whole body within `deadline`, not only each read: a client trickling a byte a
+    // minute must not hold its slots forever.
+    let whole_body = async {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {
+            if body.len() + chunk.len() > limit {
+                return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body.freeze())
+    };
+    match tokio::time::timeout(deadline, whole_body).await {
+        Ok(read) => read,
+        Err(_) => Err(Failure::Abort(Error::explain(
+            ErrorType::ReadTimedout,
+            "request body not received within client_timeout",
+        ))),
     }
-    Ok(body.freeze())
 }

@@ -17,7 +17,7 @@ use pingora::protocols::{
 use std::fmt;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -25,22 +25,33 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Past this many buffered bytes, a write goes out before more are taken.
 const BUFFER_BYTES: usize = 64 << 10;
+/// A drained buffer keeps its allocation up to this size.
+const KEPT_CAPACITY: usize = 8 << 10;
 
-/// Holds back the flushes of a [`BufferedStream`] while set.
+/// A handle on a [`BufferedStream`] inside pingora: holds its flushes back while set, and
+/// counts the bytes read from it (so a caller knows whether any answer arrived).
 #[derive(Clone, Default)]
-pub struct Coalesce(Arc<AtomicBool>);
+pub struct Coalesce {
+    held: Arc<AtomicBool>,
+    bytes_read: Arc<AtomicU64>,
+}
 
 impl Coalesce {
     pub fn hold(&self) {
-        self.0.store(true, Ordering::Release);
+        self.held.store(true, Ordering::Release);
     }
 
     pub fn release(&self) {
-        self.0.store(false, Ordering::Release);
+        self.held.store(false, Ordering::Release);
     }
 
     fn held(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Bytes read from the stream since it was wrapped.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Acquire)
     }
 }
 
@@ -95,8 +106,13 @@ impl BufferedStream {
             }
             self.written += n;
         }
-        self.buffer.clear();
         self.written = 0;
+        if self.buffer.capacity() > KEPT_CAPACITY {
+            // A large body grew it; an idle connection should not keep that much.
+            self.buffer = Vec::new();
+        } else {
+            self.buffer.clear();
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -116,7 +132,13 @@ impl AsyncRead for BufferedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let count = (buf.filled().len() - before) as u64;
+        if count > 0 {
+            self.coalesce.bytes_read.fetch_add(count, Ordering::AcqRel);
+        }
+        read
     }
 }
 

@@ -427,3 +427,94 @@ async fn an_upstream_that_stops_reading_the_request_times_out() {
     );
     held.abort();
 }
+
+#[tokio::test]
+async fn a_malformed_host_is_404_not_a_crash() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config_with(&mock.url(), "hosts: [api.example.com]")).await;
+    for host in ["[x", "[", "[::1", "]:80"] {
+        let mut conn = Conn::open(gw.addr()).await;
+        conn.write(format!("GET /v1/models HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+            .await;
+        let response = conn.read_response().await.expect("an answer, not a reset");
+        assert_eq!(response.error().2, "unknown_route", "host {host}");
+    }
+    assert_eq!(
+        get(gw.addr(), "/v1/models", Some(ALPHA)).await.status,
+        404,
+        "still serving"
+    );
+}
+
+#[tokio::test]
+async fn a_huge_upstream_retry_after_does_not_crash_the_request() {
+    let (mock, gw) = gateway().await;
+    mock.push(Reply::json(429, "{}").with_header("retry-after", "1e20"));
+    let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(response.status, 429, "passed through");
+    let cooling = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(cooling.error().2, "no_healthy_upstream");
+    assert_eq!(
+        cooling.header("retry-after"),
+        Some("120"),
+        "the cooldown is capped at eject_duration_max"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_body_is_cut_off_at_client_timeout() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config_with(&mock.url(), "client_timeout: 1s")).await;
+    let mut conn = Conn::open(gw.addr()).await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ALPHA}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+    );
+    conn.write(head.as_bytes()).await;
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        conn.write(b"{").await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert!(
+        conn.closed_by_peer().await,
+        "the gateway gives up on the body"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "within about client_timeout"
+    );
+    gw.log_lines(1).await;
+    assert_eq!(
+        gw.gateway().limiter.gateway_in_flight(),
+        0,
+        "its slots are back"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="internal_error",key="alpha"}"#),
+        0.0,
+        "not our failure"
+    );
+    assert!(mock.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_malformed_chunked_body_is_not_answered_as_our_500() {
+    let (mock, gw) = gateway().await;
+    let mut conn = Conn::open(gw.addr()).await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ALPHA}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n"
+    );
+    conn.write(head.as_bytes()).await;
+    if let Some(response) = conn.read_response().await {
+        assert_ne!(
+            response.status, 500,
+            "a client's broken framing is not our internal error"
+        );
+    }
+    gw.log_lines(1).await;
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="internal_error",key="alpha"}"#),
+        0.0
+    );
+    assert!(mock.requests().is_empty());
+}

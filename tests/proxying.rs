@@ -331,3 +331,22 @@ async fn llama_cpp_style_close_after_stream_is_invisible() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_reused_connection_that_dies_after_part_of_an_answer_is_not_resent() {
+    let (mock, gw) = gateway().await;
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    mock.push(Reply::PartialThenClose);
+    let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(response.status, 502, "{}", response.text());
+    assert_eq!(
+        mock.requests().len(),
+        2,
+        "part of an answer came back: the request may have been processed"
+    );
+}

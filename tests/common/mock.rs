@@ -45,6 +45,8 @@ pub enum Reply {
     Silent,
     /// A chat completion, sent only once the test calls [`MockUpstream::open_gate`].
     Gated,
+    /// The start of a response head, then the connection closes.
+    PartialThenClose,
 }
 
 impl Reply {
@@ -302,6 +304,10 @@ async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
         Reply::Silent => {
             wait_or_closed(socket, Duration::from_secs(30)).await;
             abandoned(state);
+            false
+        }
+        Reply::PartialThenClose => {
+            let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-").await;
             false
         }
         Reply::Gated => {
