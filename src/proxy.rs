@@ -407,7 +407,8 @@ impl Proxy {
                 header.insert_header(name, value)?;
             }
         }
-        if !session.is_body_done() {
+        let body_unread = !session.is_body_done();
+        if body_unread {
             // An unread request body would be taken for the next request: close instead.
             session.set_keepalive(None);
         }
@@ -416,7 +417,21 @@ impl Proxy {
         session
             .write_response_header(Box::new(header), false)
             .await?;
-        session.write_response_body(Some(response.body), true).await
+        session
+            .write_response_body(Some(response.body), true)
+            .await?;
+        if body_unread {
+            // Read and discard what the client is still sending, for a while, before the
+            // close: closing with unread data makes the kernel send a reset, and a client
+            // still uploading (the SDKs send no `Expect`) would see a connection error
+            // instead of this answer.
+            let linger = ctx
+                .catalog
+                .as_ref()
+                .map_or(LINGER_MAX, |c| c.client_timeout.min(LINGER_MAX));
+            let _ = tokio::time::timeout(linger, session.drain_request_body()).await;
+        }
+        Ok(())
     }
 
     fn record_error(&self, ctx: &mut RequestContext, error: RequestError) {
@@ -496,6 +511,9 @@ impl Proxy {
         self.gateway.access_log.write(&record);
     }
 }
+
+/// Longest time spent discarding a refused request's body before closing.
+const LINGER_MAX: Duration = Duration::from_secs(5);
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
 const MAX_LOGGED_MODEL_BYTES: usize = 256;

@@ -518,3 +518,28 @@ async fn a_malformed_chunked_body_is_not_answered_as_our_500() {
     );
     assert!(mock.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_refused_large_upload_still_gets_its_answer() {
+    let (mock, gw) = gateway().await;
+    // No `Expect: 100-continue` (the SDKs send none): the whole body is on its way when
+    // the key is refused.
+    let body = format!(
+        r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "q".repeat(6 << 20)
+    );
+    let mut conn = Conn::open(gw.addr()).await;
+    conn.write(&request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", "Bearer sk-wrong"),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    ))
+    .await;
+    let response = conn.read_response().await.expect("the answer, not a reset");
+    assert_eq!(response.error().2, "invalid_api_key");
+    assert!(mock.requests().is_empty());
+}
