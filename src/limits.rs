@@ -207,6 +207,15 @@ impl Limiter {
         }
     }
 
+    /// Where a key stands on its rate limit now, without counting a request.
+    pub fn rate_position(&self, key: &Key) -> Option<RateStatus> {
+        let per_minute = key.requests_per_minute?;
+        let burst = key.burst.unwrap_or(per_minute).get();
+        let state = self.state(&key.name);
+        let tat = *state.tat.lock().unwrap_or_else(|p| p.into_inner());
+        Some(position(tat, self.clock.now(), per_minute.get(), burst))
+    }
+
     /// Requests of this key holding a concurrency slot now.
     pub fn in_flight(&self, key_name: &str) -> u32 {
         self.keys

@@ -251,14 +251,21 @@ impl Proxy {
         )?;
         ctx.key = Some(Arc::clone(&key));
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
-        if self.gateway.is_draining() {
-            return Err(RequestError::Overloaded {
+        let shed = if self.gateway.is_draining() {
+            Err(RequestError::Overloaded {
                 retry_after: Duration::from_secs(1),
+            })
+        } else {
+            self.gateway.limiter.admit_gateway(catalog.max_concurrent)
+        };
+        match shed {
+            Ok(permit) => ctx._permits.push(permit),
+            Err(error) => {
+                // Shed before the key's own limits: its rate headers still go out, unchanged.
+                ctx.rate = self.gateway.limiter.rate_position(&key);
+                return Err(error.into());
             }
-            .into());
         }
-        ctx._permits
-            .push(self.gateway.limiter.admit_gateway(catalog.max_concurrent)?);
         match self.gateway.limiter.admit(&key) {
             Admission::Allowed {
                 permit,

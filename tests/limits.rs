@@ -369,3 +369,29 @@ async fn a_request_refused_for_concurrency_uses_no_rate() {
         "the rate the refused request did not use is still there"
     );
 }
+
+#[tokio::test]
+async fn a_shed_request_still_carries_the_keys_rate_headers() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&limited_config(
+        &mock.url(),
+        "    requests_per_minute: 60\n    burst: 5",
+        "",
+    ))
+    .await;
+    assert_eq!(
+        chat(gw.addr(), LIMITED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    gw.gateway().start_draining();
+    let shed = chat(gw.addr(), LIMITED, &chat_body("chat-model")).await;
+    assert_eq!(shed.error().2, "overloaded");
+    assert_eq!(shed.header("x-ratelimit-limit-requests"), Some("60"));
+    assert_eq!(
+        shed.header("x-ratelimit-remaining-requests"),
+        Some("4"),
+        "a shed request uses no rate"
+    );
+}
