@@ -157,9 +157,9 @@ impl Catalog {
         }
     }
 
-    /// Whether a key of this name exists (limit state of others can go).
-    pub fn has_key_named(&self, name: &str) -> bool {
-        self.keys.values().any(|k| k.name == name)
+    /// The names of every key (limit state of other names can go).
+    pub fn key_names(&self) -> impl Iterator<Item = &str> {
+        self.keys.values().map(|k| k.name.as_str())
     }
 
     /// The key whose hash this is, if any.

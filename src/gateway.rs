@@ -8,6 +8,7 @@ use crate::limits::{Clock, Limiter};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -54,9 +55,12 @@ impl Gateway {
         self.metrics.config_last_success.set(unix_seconds());
         let catalog = Arc::new(catalog);
         self.catalog.store(Arc::clone(&catalog));
-        self.limiter.retain_keys(|name| catalog.has_key_named(name));
-        self.upstreams
-            .retain(|name| catalog.upstreams.iter().any(|u| u.name == name));
+        // Name sets built once: a lookup per tracked key, not a scan of the catalog each.
+        let key_names: HashSet<&str> = catalog.key_names().collect();
+        self.limiter.retain_keys(|name| key_names.contains(name));
+        let upstream_names: HashSet<&str> =
+            catalog.upstreams.iter().map(|u| u.name.as_str()).collect();
+        self.upstreams.retain(|name| upstream_names.contains(name));
     }
 
     /// Stops admitting new requests (they get 503 `overloaded`); `/readyz` turns 503.

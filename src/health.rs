@@ -155,23 +155,24 @@ impl UpstreamStates {
     /// forgotten. A request that started before an ejection does not end it (failures
     /// during an ejection are ignored the same way); only a passing check does.
     pub fn record_success(&self, name: &str) {
-        let state = self.state(name);
-        let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
-        if health
-            .ejected_until
-            .is_some_and(|until| until > self.clock.now())
-        {
-            return;
-        }
-        health.consecutive_failures = 0;
-        health.ejections_in_a_row = 0;
-        health.ejected_until = None;
+        self.reset(name, false);
     }
 
     /// An active check passed: the upstream is back at once, ejected or not.
     pub fn record_check_passed(&self, name: &str) {
+        self.reset(name, true);
+    }
+
+    /// Forgets failures and past ejections; a current ejection ends only if `end_ejection`.
+    fn reset(&self, name: &str, end_ejection: bool) {
         let state = self.state(name);
         let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
+        let ejected_now = health
+            .ejected_until
+            .is_some_and(|until| until > self.clock.now());
+        if ejected_now && !end_ejection {
+            return;
+        }
         health.consecutive_failures = 0;
         health.ejections_in_a_row = 0;
         health.ejected_until = None;

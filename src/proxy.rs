@@ -236,8 +236,7 @@ impl Proxy {
         );
 
         // 1. Host, then route.
-        let host = request_host(session);
-        if !catalog.host_allowed(&host) {
+        if !catalog.host_allowed(request_host(session)) {
             return Err(RequestError::UnknownRoute {
                 repeated_prefix: false,
             }
@@ -473,7 +472,6 @@ impl Proxy {
                 .as_secs_f64(),
         );
 
-        let host = request_host(session);
         let error_code = ctx
             .error
             .as_ref()
@@ -485,7 +483,7 @@ impl Proxy {
             request_id: &ctx.request_id,
             method: request.method.as_str(),
             path: request.uri.path(),
-            host: &host,
+            host: request_host(session),
             key,
             model: ctx
                 .model
@@ -538,7 +536,7 @@ fn bounded(text: &str, max: usize) -> &str {
 }
 
 /// The Host a request names (HTTP/1 header, or the authority of an HTTP/2 request).
-fn request_host(session: &Session) -> String {
+fn request_host(session: &Session) -> &str {
     let request = session.req_header();
     request
         .headers
@@ -546,7 +544,6 @@ fn request_host(session: &Session) -> String {
         .and_then(|v| v.to_str().ok())
         .or_else(|| request.uri.authority().map(|a| a.as_str()))
         .unwrap_or_default()
-        .to_string()
 }
 
 /// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
