@@ -7,8 +7,9 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluice::auth::authenticate;
 use sluice::catalog::Catalog;
+use sluice::clock::MonotonicClock;
 use sluice::error::RequestError;
-use sluice::limits::{Admission, Limiter, MonotonicClock};
+use sluice::limits::{Admission, Limiter};
 use sluice::request_body::inspect;
 use sluice::respond::error_response;
 use sluice::secret::KeyHash;

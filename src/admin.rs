@@ -1,10 +1,10 @@
 //! The admin listener (never the client port): `/metrics`, `/healthz`, `/readyz`.
 
 use crate::gateway::Gateway;
+use crate::http_app::{finish, write_simple};
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
-use pingora::http::ResponseHeader;
+use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use std::sync::Arc;
@@ -82,27 +82,4 @@ impl HttpServerApp for Admin {
         write_simple(&mut session, status, content_type, body).await?;
         finish(session).await
     }
-}
-
-/// Ends a served request; the connection, if it may carry another one.
-pub async fn finish(session: ServerSession) -> Option<ReusedHttpStream> {
-    let settings = HttpPersistentSettings::for_session(&session);
-    let reusable = session.finish().await.ok().flatten()?;
-    Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
-}
-
-/// Writes a whole small response; `None` when the client is gone.
-pub async fn write_simple(
-    session: &mut ServerSession,
-    status: u16,
-    content_type: &str,
-    body: Bytes,
-) -> Option<()> {
-    let mut header = ResponseHeader::build(status, Some(2)).ok()?;
-    header.insert_header("content-type", content_type).ok()?;
-    header
-        .insert_header("content-length", body.len().to_string())
-        .ok()?;
-    session.write_response_header(Box::new(header)).await.ok()?;
-    session.write_response_body(body, true).await.ok()
 }

@@ -3,7 +3,7 @@
 //! shipped `gateway.yaml` starts it so a newcomer can call the real proxy path with no
 //! inference backend installed; the benchmarks use it as their upstream.
 
-use crate::admin::{finish, write_simple};
+use crate::http_app::{finish, write_simple};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use pingora::apps::{HttpServerApp, ReusedHttpStream};

@@ -1,13 +1,14 @@
 //! The gateway's shared state, built once in `main` (or by a test) and passed explicitly:
-//! the catalog snapshot, limit state, metrics, the upstream connection pool and the logs.
+//! the catalog snapshot, limit state, upstream state (with the connection pool), metrics and
+//! the logs.
 
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
-use crate::health::UpstreamStates;
-use crate::limits::{Clock, Limiter};
+use crate::clock::Clock;
+use crate::limits::Limiter;
 use crate::metrics::Metrics;
+use crate::upstream::{Availability, CheckContext, Upstreams};
 use arc_swap::ArcSwap;
-use pingora::connectors::{ConnectorOptions, TransportConnector};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,11 +18,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct Gateway {
     catalog: ArcSwap<Catalog>,
     pub limiter: Limiter,
-    /// Upstream health, load and queues (`health.rs`).
-    pub upstreams: UpstreamStates,
+    /// Upstream health, load, queues and the connection pool (`upstream.rs`).
+    pub upstreams: Upstreams,
     pub metrics: Metrics,
-    /// Pooled keep-alive connections to every upstream (HTTP/1.1, TLS by rustls).
-    pub connector: TransportConnector,
     pub access_log: AccessLog,
     draining: AtomicBool,
 }
@@ -34,9 +33,8 @@ impl Gateway {
         Gateway {
             catalog: ArcSwap::from_pointee(catalog),
             limiter: Limiter::new(Arc::clone(&clock)),
-            upstreams: UpstreamStates::new(clock),
+            upstreams: Upstreams::new(clock),
             metrics,
-            connector: TransportConnector::new(Some(ConnectorOptions::new(128))),
             access_log,
             draining: AtomicBool::new(false),
         }
@@ -76,8 +74,7 @@ impl Gateway {
     /// renders every series: what `GET /metrics` serves.
     pub fn render_metrics(&self) -> Vec<u8> {
         for upstream in &self.catalog().upstreams {
-            let available = self.upstreams.availability(&upstream.name)
-                == crate::health::Availability::Available;
+            let available = self.upstreams.availability(&upstream.name) == Availability::Available;
             self.metrics
                 .upstream_available
                 .with_label_values(&[&upstream.name])
@@ -87,6 +84,20 @@ impl Gateway {
             .access_log_dropped
             .set(self.access_log.dropped_lines() as i64);
         self.metrics.render()
+    }
+}
+
+impl CheckContext for Gateway {
+    fn catalog(&self) -> Arc<Catalog> {
+        Gateway::catalog(self)
+    }
+
+    fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 

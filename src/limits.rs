@@ -5,42 +5,17 @@
 //! context (finished, failed, disconnected or cancelled at shutdown) gives the slot back.
 
 use crate::catalog::Key;
+use crate::clock::Clock;
 use crate::error::RequestError;
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway
 /// cannot know when a request in flight will end.
 pub const CONCURRENCY_RETRY_HINT: Duration = Duration::from_secs(1);
-
-/// Monotonic time since an arbitrary start; injected so tests control it.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Duration;
-}
-
-/// The real clock.
-pub struct MonotonicClock(Instant);
-
-impl MonotonicClock {
-    pub fn new() -> Self {
-        MonotonicClock(Instant::now())
-    }
-}
-
-impl Default for MonotonicClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for MonotonicClock {
-    fn now(&self) -> Duration {
-        self.0.elapsed()
-    }
-}
 
 /// A key's rate-limit position, for the `x-ratelimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,6 +24,20 @@ pub struct ChatRequest {
     model_span: Range<usize>,
 }
 
+/// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
+pub fn check_declared_length(
+    content_length: Option<&[u8]>,
+    limit: usize,
+) -> Result<(), RequestError> {
+    let declared = content_length
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    match declared {
+        Some(length) if length > limit => Err(RequestError::RequestTooLarge { limit_bytes: limit }),
+        _ => Ok(()),
+    }
+}
+
 /// Accepts `application/json`, with or without parameters such as `charset`.
 pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError> {
     let Some(value) = content_type else {

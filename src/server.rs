@@ -102,7 +102,10 @@ pub async fn start(
     let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
     let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, proxy));
     let (addr, _) = listen(config.listen, proxy, clients_watch).await?;
-    tokio::spawn(crate::probe::run(Arc::clone(&gateway), rest_watch.clone()));
+    tokio::spawn(crate::upstream::run_checks(
+        Arc::clone(&gateway),
+        rest_watch.clone(),
+    ));
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
     let (admin_addr, _) = listen(config.admin_listen, admin, rest_watch).await?;
     Ok(Running {

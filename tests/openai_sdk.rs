@@ -106,7 +106,7 @@ async fn the_sdk_retries_after_our_429_and_is_admitted() {
     require_sdk();
     let (upstream, _echo_running) = echo_backend().await;
     let yaml = sdk_config(&upstream, ", requests_per_minute: 60, burst: 1");
-    let real_clock = Arc::new(sluice::limits::MonotonicClock::new());
+    let real_clock = Arc::new(sluice::clock::MonotonicClock::new());
     let gw = TestGateway::start_with_clock(&yaml, real_clock).await;
     let stdout = run_python(&gw, &["check_rate_limit_retry"]).await;
     assert!(stdout.contains("ok check_rate_limit_retry"), "{stdout}");

@@ -3,8 +3,8 @@
 
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
+use sluice::clock::Clock;
 use sluice::gateway::Gateway;
-use sluice::limits::Clock;
 use sluice::reload::Reloader;
 use sluice::secret::KeyHash;
 use sluice::server::{start, Running};

@@ -2,8 +2,8 @@
 //! and not yet tried for this request, two are drawn by weight and the one with fewer
 //! requests in flight per unit of weight wins (weighted power of two choices).
 
+use super::{Availability, Upstreams};
 use crate::catalog::Model;
-use crate::health::{Availability, UpstreamStates};
 use rand::Rng;
 use std::time::Duration;
 
@@ -19,19 +19,14 @@ pub enum Choice {
 }
 
 /// Picks a target of `model` outside `tried`.
-pub fn choose(
-    model: &Model,
-    states: &UpstreamStates,
-    tried: &[usize],
-    rng: &mut impl Rng,
-) -> Choice {
+pub fn choose(model: &Model, upstreams: &Upstreams, tried: &[usize], rng: &mut impl Rng) -> Choice {
     let mut candidates: Vec<usize> = Vec::with_capacity(model.targets.len());
     let mut soonest: Option<Duration> = None;
     for (index, target) in model.targets.iter().enumerate() {
         if tried.contains(&index) {
             continue;
         }
-        match states.availability(&target.upstream.name) {
+        match upstreams.availability(&target.upstream.name) {
             Availability::Available => candidates.push(index),
             Availability::CoolingDown { until } | Availability::Ejected { until } => {
                 soonest = Some(soonest.map_or(until, |s| s.min(until)));
@@ -41,7 +36,7 @@ pub fn choose(
     match candidates.len() {
         0 => match soonest {
             Some(until) => Choice::Unavailable {
-                retry_after: until.saturating_sub(states.now()),
+                retry_after: until.saturating_sub(upstreams.now()),
             },
             None => Choice::Exhausted,
         },
@@ -51,7 +46,7 @@ pub fn choose(
             let first = draw(&candidates, weight, rng);
             let rest: Vec<usize> = candidates.iter().copied().filter(|&i| i != first).collect();
             let second = draw(&rest, weight, rng);
-            let load = |i: usize| u64::from(states.in_flight(&model.targets[i].upstream.name));
+            let load = |i: usize| u64::from(upstreams.in_flight(&model.targets[i].upstream.name));
             // Fewer in flight per unit of weight wins: load(a)/w(a) < load(b)/w(b).
             if load(second) * weight(first) < load(first) * weight(second) {
                 Choice::Target(second)
@@ -62,10 +57,31 @@ pub fn choose(
     }
 }
 
+/// The target for the next attempt: one not tried yet if one is free, else any free one (a
+/// single-target model retries its target); `Err` with the soonest recovery when none is.
+pub fn pick(
+    model: &Model,
+    upstreams: &Upstreams,
+    tried: &[usize],
+    rng: &mut impl Rng,
+) -> Result<usize, Duration> {
+    let first = choose(model, upstreams, tried, rng);
+    let choice = match first {
+        Choice::Target(_) => first,
+        _ if tried.is_empty() => first,
+        _ => choose(model, upstreams, &[], rng),
+    };
+    match choice {
+        Choice::Target(index) => Ok(index),
+        Choice::Unavailable { retry_after } => Err(retry_after.max(Duration::from_millis(1))),
+        Choice::Exhausted => Err(Duration::from_secs(1)),
+    }
+}
+
 /// Whether `model` has a target, other than those in `tried`, that takes requests now.
-pub fn another_available(model: &Model, states: &UpstreamStates, tried: &[usize]) -> bool {
+pub fn another_available(model: &Model, upstreams: &Upstreams, tried: &[usize]) -> bool {
     model.targets.iter().enumerate().any(|(i, t)| {
-        !tried.contains(&i) && states.availability(&t.upstream.name) == Availability::Available
+        !tried.contains(&i) && upstreams.availability(&t.upstream.name) == Availability::Available
     })
 }
 

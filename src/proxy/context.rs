@@ -1,0 +1,88 @@
+//! What a request holds from its first byte to its log line. Dropping the context releases
+//! everything in it: limit permits and the in-flight gauge, whether the request finished,
+//! failed, lost its client or was cancelled at shutdown.
+
+use crate::catalog::{Catalog, Key};
+use crate::error::RequestError;
+use crate::limits::{Permit, RateStatus};
+use crate::upstream::{AfterCut, Called, Exchange};
+use pingora::Error;
+use prometheus::IntGauge;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Per-request state.
+pub struct RequestContext {
+    pub(super) started: Instant,
+    pub(super) request_id: String,
+    pub(super) catalog: Option<Arc<Catalog>>,
+    pub(super) key: Option<Arc<Key>>,
+    /// The model ID as the client sent it (for the log), and the catalog ID once known.
+    pub(super) model: Option<String>,
+    pub(super) model_label: Option<String>,
+    /// The upstream called last.
+    pub(super) called: Called,
+    pub(super) stream: bool,
+    /// The status the client was sent (0: none yet).
+    pub(super) status: u16,
+    pub(super) error: Option<RequestError>,
+    pub(super) rate: Option<RateStatus>,
+    pub(super) since_previous: Option<Duration>,
+    pub(super) exchange: Exchange,
+    pub(super) permits: Vec<Permit>,
+    pub(super) in_flight: Option<InFlight>,
+}
+
+impl RequestContext {
+    pub(super) fn new() -> Self {
+        RequestContext {
+            started: Instant::now(),
+            request_id: String::new(),
+            catalog: None,
+            key: None,
+            model: None,
+            model_label: None,
+            called: Called::default(),
+            stream: false,
+            status: 0,
+            error: None,
+            rate: None,
+            since_previous: None,
+            exchange: Exchange::default(),
+            permits: Vec::new(),
+            in_flight: None,
+        }
+    }
+}
+
+/// Counts a request in `sluice_in_flight_requests` while it lives.
+pub(super) struct InFlight(IntGauge);
+
+impl InFlight {
+    pub(super) fn new(gauge: IntGauge) -> Self {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// How a request ended before completing normally.
+pub(super) enum Failure {
+    /// Answer with this error (nothing was sent yet).
+    Answer(RequestError),
+    /// The response had started and was ended; `then` says whether the connection survives.
+    Ended { error: RequestError, then: AfterCut },
+    /// The client is gone, or reading or writing it failed.
+    Abort(Box<Error>),
+}
+
+impl From<RequestError> for Failure {
+    fn from(error: RequestError) -> Self {
+        Failure::Answer(error)
+    }
+}

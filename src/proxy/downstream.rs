@@ -1,0 +1,123 @@
+//! Talking to the client: reading the request body (under `Expect`, the size limit and a
+//! deadline), writing a local answer, and the headers the gateway adds to every answer,
+//! local or proxied.
+
+use super::context::{Failure, RequestContext};
+use crate::error::RequestError;
+use crate::limits::rate_headers;
+use crate::respond::LocalResponse;
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType, Result};
+use std::time::Duration;
+
+/// Longest time spent discarding a refused request's body before closing.
+const LINGER_MAX: Duration = Duration::from_secs(5);
+
+/// The headers the gateway adds to every answer: the request ID and, for a rate-limited
+/// key, its position (`x-ratelimit-*`).
+pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(&'static str, String)> {
+    let mut headers = Vec::with_capacity(4);
+    headers.push(("x-request-id", ctx.request_id.clone()));
+    if let Some(rate) = &ctx.rate {
+        headers.extend(rate_headers(rate));
+    }
+    headers
+}
+
+/// Writes a complete local response with the gateway's headers.
+pub(super) async fn answer(
+    session: &mut Session,
+    ctx: &mut RequestContext,
+    response: LocalResponse,
+) -> Result<()> {
+    let gateway = gateway_headers(ctx);
+    let mut header = ResponseHeader::build(
+        response.status,
+        Some(response.headers.len() + gateway.len() + 1),
+    )?;
+    for (name, value) in &response.headers {
+        header.insert_header(*name, value.as_str())?;
+    }
+    header.insert_header("content-length", response.body.len().to_string())?;
+    for (name, value) in gateway {
+        header.insert_header(name, value)?;
+    }
+    let body_unread = !session.is_body_done();
+    if body_unread {
+        // An unread request body would be taken for the next request: close instead.
+        session.set_keepalive(None);
+    }
+    ctx.status = response.status;
+    ctx.exchange.bytes_out += response.body.len();
+    session
+        .write_response_header(Box::new(header), false)
+        .await?;
+    session
+        .write_response_body(Some(response.body), true)
+        .await?;
+    if body_unread {
+        // Read and discard what the client is still sending, for a while, before the
+        // close: closing with unread data makes the kernel send a reset, and a client
+        // still uploading (the SDKs send no `Expect`) would see a connection error
+        // instead of this answer.
+        let linger = ctx
+            .catalog
+            .as_ref()
+            .map_or(LINGER_MAX, |c| c.client_timeout.min(LINGER_MAX));
+        let _ = tokio::time::timeout(linger, session.drain_request_body()).await;
+    }
+    Ok(())
+}
+
+/// The Host a request names (HTTP/1 header, or the authority of an HTTP/2 request).
+pub(super) fn request_host(session: &Session) -> &str {
+    let request = session.req_header();
+    request
+        .headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri.authority().map(|a| a.as_str()))
+        .unwrap_or_default()
+}
+
+/// Reads the whole request body, refusing it past `limit` bytes. Answers
+/// `Expect: 100-continue` first: by now the request is known to be acceptable so far.
+pub(super) async fn read_body(
+    session: &mut Session,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, Failure> {
+    let expects_continue = session
+        .req_header()
+        .headers
+        .get("expect")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        session
+            .as_downstream_mut()
+            .write_continue_response()
+            .await
+            .map_err(Failure::Abort)?;
+    }
+    // The whole body within `deadline`, not only each read: a client trickling a byte a
+    // minute must not hold its slots forever.
+    let whole_body = async {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {
+            if body.len() + chunk.len() > limit {
+                return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    };
+    match tokio::time::timeout(deadline, whole_body).await {
+        Ok(read) => read,
+        Err(_) => Err(Failure::Abort(Error::explain(
+            ErrorType::ReadTimedout,
+            "request body not received within client_timeout",
+        ))),
+    }
+}

@@ -1,0 +1,109 @@
+//! The end of a request: the rejection count of a gateway-made error, the request metrics,
+//! and the access-log record (the spec's error record for failures).
+
+use super::context::RequestContext;
+use super::downstream::request_host;
+use crate::access_log::{millis, now_rfc3339, AccessRecord};
+use crate::error::RequestError;
+use crate::gateway::Gateway;
+use crate::metrics::UNKNOWN;
+use pingora::proxy::Session;
+use pingora::Error;
+
+/// Longest client-sent model ID written to the access log (the body may hold megabytes).
+const MAX_LOGGED_MODEL_BYTES: usize = 256;
+
+/// Notes a gateway-made error answer: counted in `sluice_rejections_total`, kept for the log.
+pub(super) fn record_error(gateway: &Gateway, ctx: &mut RequestContext, error: RequestError) {
+    let key = ctx.key.as_ref().map_or(UNKNOWN, |k| k.name.as_str());
+    gateway
+        .metrics
+        .rejections
+        .with_label_values(&[key, error.code()])
+        .inc();
+    ctx.error = Some(error);
+}
+
+/// The request's metrics and its access-log line. `e`: the error pingora ended it with.
+pub(super) fn log_request(
+    gateway: &Gateway,
+    session: &Session,
+    e: Option<&Error>,
+    ctx: &RequestContext,
+) {
+    let duration = ctx.started.elapsed();
+    let request = session.req_header();
+    let key = ctx.key.as_ref().map(|k| k.name.as_str());
+    let model_label = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
+    let client_gone = e.is_some() && ctx.error.is_none();
+    let status = if ctx.status == 0 { 499 } else { ctx.status };
+    let metrics = &gateway.metrics;
+    metrics
+        .requests
+        .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, &status.to_string()])
+        .inc();
+    metrics
+        .request_duration
+        .with_label_values(&[model_label])
+        .observe(duration.as_secs_f64());
+    metrics.overhead.observe(
+        duration
+            .saturating_sub(ctx.exchange.upstream_wait)
+            .as_secs_f64(),
+    );
+
+    let error_code = ctx
+        .error
+        .as_ref()
+        .map(RequestError::code)
+        .or(client_gone.then_some("client_disconnected"));
+    let record = AccessRecord {
+        ts: now_rfc3339(),
+        environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
+        request_id: &ctx.request_id,
+        method: request.method.as_str(),
+        path: request.uri.path(),
+        host: request_host(session),
+        key,
+        model: ctx
+            .model
+            .as_deref()
+            .map(|m| bounded(m, MAX_LOGGED_MODEL_BYTES)),
+        upstream: ctx.called.upstream.as_deref(),
+        upstream_url: ctx.called.url.as_deref(),
+        status,
+        stream: ctx.stream,
+        duration_ms: millis(duration),
+        upstream_ms: ctx
+            .exchange
+            .ttfb
+            .map(|_| millis(ctx.exchange.upstream_wait)),
+        ttfb_ms: ctx.exchange.ttfb.map(millis),
+        bytes_out: ctx.exchange.bytes_out,
+        error_code,
+        error_message: ctx.error.as_ref().map(RequestError::message),
+        retry_after_ms: ctx
+            .error
+            .as_ref()
+            .and_then(RequestError::retry_after)
+            .map(|d| d.as_nanos().div_ceil(1_000_000) as u64),
+        since_previous_ms: if ctx.error.as_ref().is_some_and(|e| e.status() == 429) {
+            ctx.since_previous.map(millis)
+        } else {
+            None
+        },
+    };
+    gateway.access_log.write(&record);
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

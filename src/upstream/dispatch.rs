@@ -1,0 +1,212 @@
+//! The one entry of the upstream half: deliver a request to one of its model's targets,
+//! sending it again where that is safe (`verdict.rs` decides), and report how it went.
+
+use super::choose::{another_available, pick};
+use super::exchange::{exchange, Call, Exchange};
+use super::request::{request_header, upstream_path};
+use super::verdict::{verdict, AfterCut, Next, On429, Outcome};
+use super::Upstreams;
+use crate::catalog::{Model, Upstream};
+use crate::error::RequestError;
+use crate::metrics::Metrics;
+use crate::request_body::{with_model, ChatRequest};
+use bytes::Bytes;
+use pingora::proxy::Session;
+use pingora::Error;
+use rand::Rng;
+use std::time::{Duration, Instant};
+
+/// One request to deliver.
+pub struct Dispatch<'a> {
+    pub model: &'a Model,
+    pub request: &'a ChatRequest,
+    pub body: Bytes,
+    pub request_id: &'a str,
+    pub request_started: Instant,
+    /// The gateway's headers for the response (request ID, the key's rate position).
+    pub response_headers: Vec<(&'static str, String)>,
+    pub retry_attempts: u32,
+    pub retry_backoff: Duration,
+}
+
+/// How a delivery ended, as the client sees it.
+#[derive(Debug)]
+pub enum Delivery {
+    /// The upstream's answer (whatever its status) reached the client whole.
+    Delivered,
+    /// Nothing was sent to the client: answer with this error.
+    Refused(RequestError),
+    /// The response had started and was ended as well as it could be.
+    Cut { error: RequestError, then: AfterCut },
+    /// The client went away; the upstream request was abandoned.
+    ClientGone(Box<Error>),
+}
+
+/// The upstream called last, for the access log.
+#[derive(Debug, Default)]
+pub struct Called {
+    pub upstream: Option<String>,
+    pub url: Option<String>,
+}
+
+/// A delivery's result with what it measured and whom it called.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub delivery: Delivery,
+    pub measured: Exchange,
+    pub called: Called,
+}
+
+/// Delivers the request to one of the model's targets, resending where that is safe.
+pub async fn dispatch(
+    session: &mut Session,
+    upstreams: &Upstreams,
+    metrics: &Metrics,
+    dispatch: Dispatch<'_>,
+) -> Dispatched {
+    let mut measured = Exchange::default();
+    let mut called = Called::default();
+    let delivery = attempts(
+        session,
+        upstreams,
+        metrics,
+        &dispatch,
+        &mut measured,
+        &mut called,
+    )
+    .await;
+    Dispatched {
+        delivery,
+        measured,
+        called,
+    }
+}
+
+/// The attempt loop: choose, take a slot, exchange, verdict, resend or return.
+async fn attempts(
+    session: &mut Session,
+    upstreams: &Upstreams,
+    metrics: &Metrics,
+    dispatch: &Dispatch<'_>,
+    measured: &mut Exchange,
+    called: &mut Called,
+) -> Delivery {
+    let model = dispatch.model;
+    let mut tried: Vec<usize> = Vec::new();
+    let mut resends = 0;
+    loop {
+        let index = match pick(model, upstreams, &tried, &mut rand::thread_rng()) {
+            Ok(index) => index,
+            Err(retry_after) => {
+                return Delivery::Refused(RequestError::NoHealthyUpstream { retry_after })
+            }
+        };
+        let target = &model.targets[index];
+        let upstream = &target.upstream;
+        let body = match &target.upstream_model {
+            Some(name) => with_model(&dispatch.body, dispatch.request, name),
+            None => dispatch.body.clone(),
+        };
+        *called = Called {
+            upstream: Some(upstream.name.clone()),
+            url: Some(format!(
+                "{}{}",
+                upstream.origin,
+                upstream_path(upstream, "/chat/completions", None)
+            )),
+        };
+        let query = session.req_header().uri.query();
+        let path = upstream_path(upstream, "/chat/completions", query);
+        let header = match request_header(
+            session.req_header(),
+            upstream,
+            &path,
+            dispatch.request_id,
+            body.len(),
+        ) {
+            Ok(header) => header,
+            Err(e) => {
+                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
+                return Delivery::Refused(RequestError::Internal);
+            }
+        };
+
+        let slot = match upstreams.acquire(upstream).await {
+            Ok(slot) => slot,
+            Err(error) => return Delivery::Refused(error),
+        };
+        if slot.permit.is_some() {
+            metrics
+                .upstream_queue
+                .with_label_values(&[&upstream.name])
+                .observe(slot.queued.as_secs_f64());
+        }
+        let in_flight = upstreams.start_request(
+            &upstream.name,
+            metrics
+                .upstream_in_flight
+                .with_label_values(&[&upstream.name]),
+        );
+        let may_resend = resends < dispatch.retry_attempts;
+        let on_429 = if may_resend && another_available(model, upstreams, &[index]) {
+            On429::HandBack
+        } else {
+            On429::Relay
+        };
+        let call = Call {
+            upstream,
+            header,
+            body,
+            request_started: dispatch.request_started,
+            response_headers: &dispatch.response_headers,
+            on_429,
+        };
+        // A resend starts afresh: the status of a handed-back 429 is not this request's.
+        measured.status = None;
+        let outcome = exchange(session, upstreams, metrics, call, measured).await;
+        drop((slot, in_flight));
+
+        count_error(metrics, upstream, &outcome);
+        let (effect, next) = verdict(&outcome, may_resend);
+        upstreams.record(upstream, effect, metrics);
+        let reason = match next {
+            Next::Return => return delivery(outcome),
+            Next::Resend(reason) => reason,
+        };
+        metrics
+            .upstream_retries
+            .with_label_values(&[&upstream.name, reason])
+            .inc();
+        tried.push(index);
+        resends += 1;
+        tokio::time::sleep(backoff(dispatch.retry_backoff, resends)).await;
+    }
+}
+
+/// What the client saw of an attempt that is returned.
+fn delivery(outcome: Outcome) -> Delivery {
+    match outcome {
+        Outcome::Answered { .. } => Delivery::Delivered,
+        Outcome::Failed { error, .. } => Delivery::Refused(error),
+        Outcome::Cut { error, then } => Delivery::Cut { error, then },
+        Outcome::ClientGone(e) => Delivery::ClientGone(e),
+        // Never returned: a handed-back 429 is always sent again.
+        Outcome::Throttled { .. } => Delivery::Refused(RequestError::Internal),
+    }
+}
+
+/// Counts a gateway-made upstream error in `sluice_upstream_errors_total`.
+fn count_error(metrics: &Metrics, upstream: &Upstream, outcome: &Outcome) {
+    if let Outcome::Failed { error, .. } | Outcome::Cut { error, .. } = outcome {
+        metrics
+            .upstream_errors
+            .with_label_values(&[&upstream.name, error.code()])
+            .inc();
+    }
+}
+
+/// `base` doubled per resend already made, times a random factor in [0.5, 1.5).
+fn backoff(base: Duration, resend: u32) -> Duration {
+    let doubled = base * 2u32.pow(resend.saturating_sub(1).min(10));
+    doubled.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
+}

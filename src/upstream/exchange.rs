@@ -1,0 +1,367 @@
+//! One upstream exchange, by hand over pingora's connection pool: send the request, wait for
+//! the response header, relay the body chunk by chunk as it arrives.
+//!
+//! Every proxied request takes this path, whatever its size (pingora's own body replay stops
+//! at 64 KiB). Doing it here also puts the failure rules in one place: a dead pooled
+//! connection is retried once on a fresh one, timeouts are ours, a 429 can be handed back
+//! unrelayed so another target takes the request, and a stream cut after it started ends
+//! with an SSE error event.
+
+use super::request::{is_event_stream, response_header, upstream_retry_after};
+use super::verdict::{
+    failure_of, read_failed, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome,
+    Reached,
+};
+use super::Upstreams;
+use crate::catalog::Upstream;
+use crate::error::RequestError;
+use crate::metrics::Metrics;
+use crate::respond::stream_error_event;
+use crate::transport::BufferedStream;
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::proxy::Session;
+use pingora::upstreams::peer::Peer;
+use pingora::{Error, ErrorType};
+use std::time::{Duration, Instant};
+
+/// What a request's exchanges measured, for the access log, metrics and `server-timing`.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    /// The status relayed to the client, if a response started.
+    pub status: Option<u16>,
+    pub ttfb: Option<Duration>,
+    /// Time spent waiting on upstreams (response headers and body reads, every attempt).
+    pub upstream_wait: Duration,
+    pub bytes_out: usize,
+    /// The response was an SSE stream.
+    pub event_stream: bool,
+}
+
+/// One request to send upstream.
+pub struct Call<'a> {
+    pub upstream: &'a Upstream,
+    pub header: RequestHeader,
+    pub body: Bytes,
+    /// When the client's request arrived (for `server-timing`).
+    pub request_started: Instant,
+    /// The gateway's headers for the response (request ID, the key's rate position).
+    pub response_headers: &'a [(&'static str, String)],
+    pub on_429: On429,
+}
+
+/// A failure before the response header, with whether the request may have gone out.
+struct Early {
+    failure: EarlyFailure,
+    reached: Reached,
+}
+
+/// An attempt that did not produce a response header.
+enum NoAnswer {
+    Early(Early),
+    ClientGone(Box<Error>),
+}
+
+/// Sends the call upstream and relays the answer to the client.
+pub(super) async fn exchange(
+    session: &mut Session,
+    upstreams: &Upstreams,
+    metrics: &Metrics,
+    call: Call<'_>,
+    measured: &mut Exchange,
+) -> Outcome {
+    let upstream = call.upstream;
+    let sent_at = Instant::now();
+    let deadline = upstream.policy.total_timeout.map(|total| sent_at + total);
+    let first_byte_by = bounded(sent_at + upstream.first_byte_timeout, deadline);
+    let mut answer = send(session, upstreams, &call, Connection::Pooled, first_byte_by).await;
+    if let Err(NoAnswer::Early(Early {
+        failure: EarlyFailure::DeadPooled,
+        ..
+    })) = answer
+    {
+        answer = send(session, upstreams, &call, Connection::Fresh, first_byte_by).await;
+    }
+    // Time spent on the upstream counts as upstream time, failed attempts included.
+    let ttfb = sent_at.elapsed();
+    measured.upstream_wait += ttfb;
+    let (mut connection, response) = match answer {
+        Ok(answered) => answered,
+        Err(NoAnswer::ClientGone(e)) => return Outcome::ClientGone(e),
+        Err(NoAnswer::Early(Early { failure, reached })) => {
+            let error = match failure {
+                EarlyFailure::Failed(error) => error,
+                // Dead twice: the fresh connection failed the same way.
+                EarlyFailure::DeadPooled => RequestError::UpstreamUnavailable,
+            };
+            return Outcome::Failed { error, reached };
+        }
+    };
+    measured.ttfb = Some(ttfb);
+    let status = response.status.as_u16();
+    measured.status = Some(status);
+    metrics
+        .upstream_ttfb
+        .with_label_values(&[&upstream.name])
+        .observe(ttfb.as_secs_f64());
+
+    if matches!(status, 401 | 403) {
+        // The upstream refused our credential: the client's key is not the problem.
+        return Outcome::Failed {
+            error: RequestError::UpstreamAuthFailed,
+            reached: Reached::Maybe,
+        };
+    }
+    let mut retry_after = None;
+    if status == 429 {
+        let header = |name: &str| response.headers.get(name).and_then(|v| v.to_str().ok());
+        let now = std::time::SystemTime::now();
+        retry_after = upstream_retry_after(header("retry-after-ms"), header("retry-after"), now);
+        if call.on_429 == On429::HandBack {
+            connection.shutdown().await;
+            return Outcome::Throttled { retry_after };
+        }
+    }
+    let gateway_ms = (sent_at - call.request_started).as_secs_f64() * 1000.0;
+    let timing = format!(
+        "gateway;dur={gateway_ms:.3}, upstream;dur={:.3}",
+        ttfb.as_secs_f64() * 1000.0
+    );
+    let Ok(mut to_client) = response_header(&response, call.response_headers) else {
+        return Outcome::Failed {
+            error: RequestError::UpstreamProtocolError,
+            reached: Reached::Maybe,
+        };
+    };
+    to_client.insert_header("server-timing", timing).ok();
+    if status == 500 {
+        to_client.insert_header("x-should-retry", "false").ok();
+    }
+    measured.event_stream = is_event_stream(&to_client);
+    if let Err(e) = session
+        .write_response_header(Box::new(to_client), false)
+        .await
+    {
+        return Outcome::ClientGone(e);
+    }
+
+    if let Err(outcome) = relay_body(session, &mut connection, upstream, deadline, measured).await {
+        return outcome;
+    }
+    if let Err(e) = session.write_response_body(None, true).await {
+        return Outcome::ClientGone(e);
+    }
+    release(upstreams, upstream, connection).await;
+    Outcome::Answered {
+        status,
+        retry_after,
+    }
+}
+
+/// Gives a connection whose exchange is complete back to the pool, if it may be reused.
+pub(super) async fn release(
+    upstreams: &Upstreams,
+    upstream: &Upstream,
+    mut connection: UpstreamSession,
+) {
+    connection.respect_keepalive();
+    if let Some(stream) = connection.reuse().await {
+        let peer = &upstream.peer;
+        upstreams
+            .connector
+            .release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
+    }
+}
+
+/// The earlier of `at` and the total deadline, if any.
+fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
+    deadline.map_or(at, |d| d.min(at))
+}
+
+/// Connects (from the pool, or fresh), sends the request and reads the response header.
+async fn send(
+    session: &mut Session,
+    upstreams: &Upstreams,
+    call: &Call<'_>,
+    connection: Connection,
+    first_byte_by: Instant,
+) -> Result<(UpstreamSession, Box<ResponseHeader>), NoAnswer> {
+    let upstream = call.upstream;
+    let peer = &upstream.peer;
+    let connected = match connection {
+        Connection::Fresh => upstreams
+            .connector
+            .new_stream(peer)
+            .await
+            .map(|s| (s, false)),
+        Connection::Pooled => upstreams.connector.get_stream(peer).await,
+    };
+    let (stream, reused) = connected.map_err(|e| {
+        log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
+        // Nothing was sent on a connection that never opened.
+        NoAnswer::Early(Early { failure: EarlyFailure::Failed(failure_of(&e)), reached: Reached::No })
+    })?;
+    let connection = if reused {
+        Connection::Pooled
+    } else {
+        Connection::Fresh
+    };
+    let failed = |failure| {
+        NoAnswer::Early(Early {
+            failure,
+            reached: Reached::Maybe,
+        })
+    };
+    // Header and body leave together: pingora flushes the header on its own otherwise.
+    let (stream, coalesce) = BufferedStream::wrap(stream);
+    let mut upstream_session = UpstreamSession::new_with_options(stream, peer);
+    // Our own timeouts apply (first byte, idle gap, total), not a per-read one.
+    upstream_session.read_timeout = None;
+
+    let sent = async {
+        coalesce.hold();
+        let header_written = upstream_session
+            .write_request_header(Box::new(call.header.clone()))
+            .await;
+        let body_written = match header_written {
+            Ok(_) => upstream_session.write_body(&call.body).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        coalesce.release();
+        body_written?;
+        upstream_session.finish_body().await
+    };
+    // Sending is bounded by the same deadline as the first byte: a stalled upstream that
+    // stops reading must not hold the request forever.
+    let deadline = tokio::time::Instant::from_std(first_byte_by);
+    match tokio::time::timeout_at(deadline, sent).await {
+        Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
+        Ok(Err(e)) => return Err(failed(send_failed(connection, &e))),
+        Ok(Ok(_)) => {}
+    }
+
+    let read_before_answer = coalesce.bytes_read();
+    loop {
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(deadline, upstream_session.read_response()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                upstream_session.shutdown().await;
+                return Err(NoAnswer::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        match read {
+            Err(_elapsed) => {
+                return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout)))
+            }
+            Ok(Err(e)) => {
+                let answer_bytes = coalesce.bytes_read() - read_before_answer;
+                return Err(failed(read_failed(connection, answer_bytes, &e)));
+            }
+            Ok(Ok(_)) => {}
+        }
+        let Some(response) = upstream_session.resp_header() else {
+            return Err(failed(EarlyFailure::Failed(
+                RequestError::UpstreamProtocolError,
+            )));
+        };
+        // Skip interim answers (100 Continue and the like); 101 is not something we asked for.
+        if response.status.is_informational() {
+            if response.status.as_u16() == 101 {
+                return Err(failed(EarlyFailure::Failed(
+                    RequestError::UpstreamProtocolError,
+                )));
+            }
+            continue;
+        }
+        let response = Box::new(response.clone());
+        return Ok((upstream_session, response));
+    }
+}
+
+/// Relays body chunks as they come; watches for the client leaving and the upstream stalling
+/// (no chunk within `idle_timeout`) or running past its total deadline.
+async fn relay_body(
+    session: &mut Session,
+    connection: &mut UpstreamSession,
+    upstream: &Upstream,
+    deadline: Option<Instant>,
+    measured: &mut Exchange,
+) -> Result<(), Outcome> {
+    let mut tail = [b'\n'; 2];
+    loop {
+        let waited_from = Instant::now();
+        let next_by =
+            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                connection.shutdown().await;
+                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        measured.upstream_wait += waited_from.elapsed();
+        let chunk = match read {
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => {
+                log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
+                let error = RequestError::UpstreamUnavailable;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
+            Err(_elapsed) => {
+                let error = RequestError::UpstreamTimeout;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
+        };
+        if chunk.is_empty() {
+            continue;
+        }
+        remember_tail(&mut tail, &chunk);
+        measured.bytes_out += chunk.len();
+        if let Err(e) = session.write_response_body(Some(chunk), false).await {
+            return Err(Outcome::ClientGone(e));
+        }
+    }
+}
+
+fn remember_tail(tail: &mut [u8; 2], chunk: &[u8]) {
+    if chunk.len() >= 2 {
+        tail.copy_from_slice(&chunk[chunk.len() - 2..]);
+    } else {
+        *tail = [tail[1], chunk[0]];
+    }
+}
+
+/// Ends a response whose upstream failed after it started. An SSE stream gets one error
+/// event and a clean end, then the connection closes; any other body can only be cut.
+async fn end_cut_stream(
+    session: &mut Session,
+    measured: &mut Exchange,
+    error: RequestError,
+    tail: [u8; 2],
+) -> Outcome {
+    if !measured.event_stream {
+        return Outcome::Cut {
+            error,
+            then: AfterCut::Close,
+        };
+    }
+    let event = stream_error_event(&error);
+    // Skip the separating blank line when the last event already ended cleanly.
+    let event = if tail == *b"\n\n" {
+        event.slice(2..)
+    } else {
+        event
+    };
+    measured.bytes_out += event.len();
+    session.set_keepalive(None);
+    let written = session.write_response_body(Some(event), false).await;
+    let ended = session.write_response_body(None, true).await;
+    let then = if written.is_err() || ended.is_err() {
+        AfterCut::Close
+    } else {
+        AfterCut::KeepAlive
+    };
+    Outcome::Cut { error, then }
+}

@@ -1,0 +1,246 @@
+//! Upstream health as the gateway sees it: passive ejection after consecutive failures with a
+//! backoff that doubles while failures go on, and cooldown after a 429. [`Upstreams::record`]
+//! is the one place that ejects, cools down, counts and logs, for requests and active checks
+//! alike.
+
+use super::Upstreams;
+use crate::catalog::Upstream;
+use crate::metrics::Metrics;
+use std::time::Duration;
+
+/// Whether an upstream takes requests now, and if not, until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Available,
+    /// It answered 429: nothing is sent until `until` (clock time).
+    CoolingDown {
+        until: Duration,
+    },
+    /// It failed `eject_after_failures` times in a row.
+    Ejected {
+        until: Duration,
+    },
+}
+
+impl Availability {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Availability::Available => "available",
+            Availability::CoolingDown { .. } => "cooling_down",
+            Availability::Ejected { .. } => "ejected",
+        }
+    }
+}
+
+/// What one outcome does to an upstream's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthEffect {
+    /// It answered well: failures and past ejections are forgotten (a current ejection
+    /// stays; only a passing check ends one early).
+    Success,
+    /// An active check passed: the upstream is back at once, ejected or not.
+    CheckPassed,
+    /// It failed; enough failures in a row eject it.
+    Failure,
+    /// It answered 429: nothing is sent to it for the wait it asked (or the default).
+    CoolDown(Option<Duration>),
+    /// Nothing about the upstream was learned (the client left, our credential was refused).
+    Unchanged,
+}
+
+/// One upstream's health counters.
+#[derive(Debug, Default)]
+pub(super) struct Health {
+    consecutive_failures: u32,
+    /// Ejections since the last success: each doubles the next one's length.
+    ejections_in_a_row: u32,
+    ejected_until: Option<Duration>,
+    cooldown_until: Option<Duration>,
+}
+
+impl Health {
+    fn ejected_at(&self, now: Duration) -> bool {
+        self.ejected_until.is_some_and(|until| until > now)
+    }
+
+    fn availability(&self, now: Duration) -> Availability {
+        match (self.ejected_until, self.cooldown_until) {
+            (Some(until), _) if until > now => Availability::Ejected { until },
+            (_, Some(until)) if until > now => Availability::CoolingDown { until },
+            _ => Availability::Available,
+        }
+    }
+
+    /// Forgets failures and past ejections; a current ejection ends only if `end_ejection`.
+    fn reset(&mut self, now: Duration, end_ejection: bool) {
+        if self.ejected_at(now) && !end_ejection {
+            return;
+        }
+        self.consecutive_failures = 0;
+        self.ejections_in_a_row = 0;
+        self.ejected_until = None;
+    }
+
+    /// Counts a failure; the ejection's length when this one ejects. Failures while ejected
+    /// are ignored (requests that started before the ejection).
+    fn fail(&mut self, now: Duration, upstream: &Upstream) -> Option<Duration> {
+        let policy = &upstream.policy;
+        if self.ejected_at(now) {
+            return None;
+        }
+        self.consecutive_failures += 1;
+        // Back from an ejection, one failure is enough to go out again, for longer.
+        let threshold = if self.ejections_in_a_row > 0 {
+            1
+        } else {
+            policy.eject_after_failures
+        };
+        if self.consecutive_failures < threshold {
+            return None;
+        }
+        let doublings = self.ejections_in_a_row.min(16);
+        let length = (policy.eject_duration * 2u32.pow(doublings)).min(policy.eject_duration_max);
+        self.ejections_in_a_row += 1;
+        self.consecutive_failures = 0;
+        self.ejected_until = Some(now + length);
+        Some(length)
+    }
+
+    /// Sends nothing until `now + wait`, at most `eject_duration_max` (an upstream asking
+    /// for an hour does not take itself out for an hour).
+    fn cool_down(&mut self, now: Duration, wait: Duration, upstream: &Upstream) {
+        let until = now + wait.min(upstream.policy.eject_duration_max);
+        self.cooldown_until = Some(self.cooldown_until.map_or(until, |u| u.max(until)));
+    }
+}
+
+impl Upstreams {
+    pub fn availability(&self, name: &str) -> Availability {
+        let Some(state) = self.states.get(name) else {
+            return Availability::Available;
+        };
+        let health = state.health.lock().unwrap_or_else(|p| p.into_inner());
+        health.availability(self.clock.now())
+    }
+
+    /// Applies one outcome to the upstream's health, counting and logging what it caused.
+    pub fn record(&self, upstream: &Upstream, effect: HealthEffect, metrics: &Metrics) {
+        if effect == HealthEffect::Unchanged {
+            return;
+        }
+        let state = self.state(&upstream.name);
+        let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.now();
+        match effect {
+            HealthEffect::Success => health.reset(now, false),
+            HealthEffect::CheckPassed => health.reset(now, true),
+            HealthEffect::Failure => {
+                if let Some(length) = health.fail(now, upstream) {
+                    drop(health);
+                    metrics
+                        .upstream_ejections
+                        .with_label_values(&[&upstream.name])
+                        .inc();
+                    log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), ejected_for:? = length; "upstream ejected after consecutive failures");
+                }
+            }
+            HealthEffect::CoolDown(asked) => {
+                let wait = asked.unwrap_or(upstream.policy.rate_limit_cooldown);
+                health.cool_down(now, wait, upstream);
+                drop(health);
+                metrics
+                    .upstream_cooldowns
+                    .with_label_values(&[&upstream.name])
+                    .inc();
+            }
+            HealthEffect::Unchanged => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::test_upstream;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn consecutive_failures_eject_with_a_doubling_backoff() {
+        // eject_after_failures 2, eject_duration 1s, eject_duration_max 4s.
+        let upstream = test_upstream(2, S, 4 * S);
+        let mut health = Health::default();
+        let mut now = Duration::ZERO;
+        assert_eq!(
+            health.fail(now, &upstream),
+            None,
+            "one failure is not enough"
+        );
+        assert_eq!(
+            health.fail(now, &upstream),
+            Some(S),
+            "the second ejects for 1s"
+        );
+        assert_eq!(health.availability(now), Availability::Ejected { until: S });
+        assert_eq!(
+            health.fail(now, &upstream),
+            None,
+            "failures while ejected are ignored"
+        );
+        now += S;
+        assert_eq!(health.availability(now), Availability::Available);
+        assert_eq!(
+            health.fail(now, &upstream),
+            Some(2 * S),
+            "back, one failure re-ejects, twice as long"
+        );
+        now += 2 * S;
+        assert_eq!(health.fail(now, &upstream), Some(4 * S));
+        now += 4 * S;
+        assert_eq!(
+            health.fail(now, &upstream),
+            Some(4 * S),
+            "capped at eject_duration_max"
+        );
+    }
+
+    #[test]
+    fn success_forgets_past_ejections_but_does_not_end_a_current_one() {
+        let upstream = test_upstream(1, S, 8 * S);
+        let mut health = Health::default();
+        assert_eq!(health.fail(Duration::ZERO, &upstream), Some(S));
+        health.reset(Duration::ZERO, false);
+        assert!(
+            health.ejected_at(Duration::ZERO),
+            "a request's success does not end an ejection"
+        );
+        health.reset(Duration::ZERO, true);
+        assert_eq!(
+            health.availability(Duration::ZERO),
+            Availability::Available,
+            "a passing check does"
+        );
+        assert_eq!(
+            health.fail(Duration::ZERO, &upstream),
+            Some(S),
+            "and the backoff starts over"
+        );
+    }
+
+    #[test]
+    fn cooldown_keeps_the_later_end_and_is_capped() {
+        let upstream = test_upstream(1, S, 10 * S);
+        let mut health = Health::default();
+        health.cool_down(Duration::ZERO, 3 * S, &upstream);
+        health.cool_down(Duration::ZERO, S, &upstream);
+        assert_eq!(
+            health.availability(Duration::ZERO),
+            Availability::CoolingDown { until: 3 * S }
+        );
+        health.cool_down(Duration::ZERO, 3600 * S, &upstream);
+        assert_eq!(
+            health.availability(Duration::ZERO),
+            Availability::CoolingDown { until: 10 * S }
+        );
+    }
+}

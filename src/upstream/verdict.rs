@@ -1,0 +1,304 @@
+//! The decisions of the upstream path, as pure functions over plain data so every case has a
+//! unit test: what a failed send or read means, and, once an attempt is over, what it does
+//! to the upstream's health and whether the request goes out again.
+//!
+//! The rule they keep: a request is sent again only when it provably was not processed. No
+//! connection could be opened, a reused pooled connection turned out dead before one byte of
+//! answer, or the upstream answered 429 while another target was free. A 500, a timeout
+//! after the request was sent, a 401/403, or anything after the response started, never is.
+
+use super::health::HealthEffect;
+use crate::error::RequestError;
+use pingora::{Error, ErrorType, RetryType};
+use std::time::Duration;
+
+/// Whether the upstream may have received the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reached {
+    /// Provably not: no connection was ever opened.
+    No,
+    /// Maybe: bytes were written, so it may have been processed.
+    Maybe,
+}
+
+/// What the client connection does after a cut response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterCut {
+    /// The response was ended cleanly (an SSE error event and the end of the body).
+    KeepAlive,
+    /// The response could only be cut: the client connection must be dropped.
+    Close,
+}
+
+/// What to do with an upstream 429 when it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On429 {
+    /// Relay it to the client with its `Retry-After`.
+    Relay,
+    /// Hand it back unrelayed: another target is free and a resend remains.
+    HandBack,
+}
+
+/// How one attempt at one target ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The upstream's answer was relayed whole. `retry_after`: what a relayed 429 asked.
+    Answered {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// The upstream answered 429 and, as allowed, nothing was relayed.
+    Throttled { retry_after: Option<Duration> },
+    /// Nothing reached the client.
+    Failed {
+        error: RequestError,
+        reached: Reached,
+    },
+    /// The response had started and was ended as well as it could be.
+    Cut { error: RequestError, then: AfterCut },
+    /// The client went away; the upstream request was abandoned.
+    ClientGone(Box<Error>),
+}
+
+/// After an attempt: return its outcome, or send the request again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Return,
+    /// Again, for this reason (the `reason` label of `sluice_upstream_retries_total`).
+    Resend(&'static str),
+}
+
+/// The `reason` of a resend after no connection could be opened.
+pub const CONNECT_FAILED: &str = "connect_failed";
+/// The `reason` of a resend after a handed-back 429.
+pub const RATE_LIMITED: &str = "rate_limited";
+
+/// What an attempt's outcome does to the upstream's health, and what happens next.
+/// `may_resend`: a resend remains within `retry_attempts`.
+pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
+    match outcome {
+        Outcome::Answered {
+            status,
+            retry_after,
+        } => {
+            let effect = match status {
+                500 | 502 | 503 | 504 => HealthEffect::Failure,
+                429 => HealthEffect::CoolDown(*retry_after),
+                _ => HealthEffect::Success,
+            };
+            (effect, Next::Return)
+        }
+        // Only handed back when a resend was allowed.
+        Outcome::Throttled { retry_after } => (
+            HealthEffect::CoolDown(*retry_after),
+            Next::Resend(RATE_LIMITED),
+        ),
+        Outcome::Failed { error, reached } => {
+            // A refused credential is our configuration, not the upstream's health.
+            let effect = if *error == RequestError::UpstreamAuthFailed {
+                HealthEffect::Unchanged
+            } else {
+                HealthEffect::Failure
+            };
+            let next = if *reached == Reached::No && may_resend {
+                Next::Resend(CONNECT_FAILED)
+            } else {
+                Next::Return
+            };
+            (effect, next)
+        }
+        Outcome::Cut { .. } => (HealthEffect::Failure, Next::Return),
+        Outcome::ClientGone(_) => (HealthEffect::Unchanged, Next::Return),
+    }
+}
+
+/// How a connection was taken for an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connection {
+    /// Reused from the pool: the upstream may have closed it while it sat idle.
+    Pooled,
+    /// Opened for this attempt.
+    Fresh,
+}
+
+/// A failed send or read before the response header: the attempt fails, or the connection
+/// was a dead pooled one and the request goes again at once on a fresh connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum EarlyFailure {
+    DeadPooled,
+    Failed(RequestError),
+}
+
+/// Writing the request failed.
+pub fn send_failed(connection: Connection, error: &Error) -> EarlyFailure {
+    match connection {
+        Connection::Pooled => EarlyFailure::DeadPooled,
+        Connection::Fresh => EarlyFailure::Failed(failure_of(error)),
+    }
+}
+
+/// Reading the response header failed. A pooled connection counts as dead only if not one
+/// byte of answer came and the error does not rule a retry out: after a partial answer the
+/// request may have been processed.
+pub fn read_failed(connection: Connection, answer_bytes: u64, error: &Error) -> EarlyFailure {
+    let dead = connection == Connection::Pooled
+        && answer_bytes == 0
+        && !matches!(error.retry, RetryType::Decided(false))
+        && error.etype() != &ErrorType::InvalidHTTPHeader;
+    if dead {
+        EarlyFailure::DeadPooled
+    } else {
+        EarlyFailure::Failed(failure_of(error))
+    }
+}
+
+/// The client-facing error for an upstream I/O failure.
+pub fn failure_of(error: &Error) -> RequestError {
+    match error.etype() {
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error => RequestError::UpstreamProtocolError,
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            RequestError::UpstreamTimeout
+        }
+        _ => RequestError::UpstreamUnavailable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(error: RequestError, reached: Reached) -> Outcome {
+        Outcome::Failed { error, reached }
+    }
+
+    #[test]
+    fn a_connect_failure_is_resent_while_attempts_remain() {
+        let outcome = failed(RequestError::UpstreamUnavailable, Reached::No);
+        assert_eq!(
+            verdict(&outcome, true),
+            (HealthEffect::Failure, Next::Resend(CONNECT_FAILED))
+        );
+        assert_eq!(
+            verdict(&outcome, false),
+            (HealthEffect::Failure, Next::Return),
+            "attempts exhausted: the error goes to the client"
+        );
+    }
+
+    #[test]
+    fn a_request_that_may_have_been_processed_is_never_resent() {
+        for error in [
+            RequestError::UpstreamTimeout,
+            RequestError::UpstreamUnavailable,
+            RequestError::UpstreamProtocolError,
+        ] {
+            let (effect, next) = verdict(&failed(error, Reached::Maybe), true);
+            assert_eq!(next, Next::Return, "sent once, never again");
+            assert_eq!(effect, HealthEffect::Failure);
+        }
+    }
+
+    #[test]
+    fn a_handed_back_429_cools_the_target_and_goes_elsewhere() {
+        let wait = Some(Duration::from_secs(2));
+        assert_eq!(
+            verdict(&Outcome::Throttled { retry_after: wait }, true),
+            (HealthEffect::CoolDown(wait), Next::Resend(RATE_LIMITED))
+        );
+        let relayed = Outcome::Answered {
+            status: 429,
+            retry_after: wait,
+        };
+        assert_eq!(
+            verdict(&relayed, true),
+            (HealthEffect::CoolDown(wait), Next::Return),
+            "a relayed 429 still cools the target down"
+        );
+    }
+
+    #[test]
+    fn answers_count_for_health_by_status() {
+        let answered = |status| Outcome::Answered {
+            status,
+            retry_after: None,
+        };
+        for status in [500, 502, 503, 504] {
+            assert_eq!(
+                verdict(&answered(status), true),
+                (HealthEffect::Failure, Next::Return)
+            );
+        }
+        for status in [200, 400, 404, 422] {
+            assert_eq!(
+                verdict(&answered(status), true),
+                (HealthEffect::Success, Next::Return)
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_credential_and_a_departed_client_leave_health_alone() {
+        assert_eq!(
+            verdict(
+                &failed(RequestError::UpstreamAuthFailed, Reached::Maybe),
+                true
+            ),
+            (HealthEffect::Unchanged, Next::Return)
+        );
+        let gone = Outcome::ClientGone(Error::new(ErrorType::ConnectionClosed));
+        assert_eq!(
+            verdict(&gone, true),
+            (HealthEffect::Unchanged, Next::Return)
+        );
+        let cut = Outcome::Cut {
+            error: RequestError::UpstreamTimeout,
+            then: AfterCut::KeepAlive,
+        };
+        assert_eq!(verdict(&cut, true), (HealthEffect::Failure, Next::Return));
+    }
+
+    #[test]
+    fn a_stale_pooled_connection_is_dead_only_before_any_answer() {
+        // What pingora's HTTP/1 client reports when a reused connection was closed.
+        let mut reset = Error::new(ErrorType::ConnectionClosed);
+        reset.retry = RetryType::ReusedOnly;
+        assert_eq!(
+            read_failed(Connection::Pooled, 0, &reset),
+            EarlyFailure::DeadPooled
+        );
+        assert_eq!(
+            read_failed(Connection::Pooled, 10, &reset),
+            EarlyFailure::Failed(RequestError::UpstreamUnavailable),
+            "bytes already read: the request may have been processed"
+        );
+        assert_eq!(
+            read_failed(Connection::Fresh, 0, &reset),
+            EarlyFailure::Failed(RequestError::UpstreamUnavailable),
+            "a fresh connection is not stale"
+        );
+        let garbage = Error::new(ErrorType::InvalidHTTPHeader);
+        assert_eq!(
+            read_failed(Connection::Pooled, 0, &garbage),
+            EarlyFailure::Failed(RequestError::UpstreamProtocolError)
+        );
+        let mut final_error = Error::new(ErrorType::ConnectionClosed);
+        final_error.retry = RetryType::Decided(false);
+        assert_eq!(
+            read_failed(Connection::Pooled, 0, &final_error),
+            EarlyFailure::Failed(RequestError::UpstreamUnavailable)
+        );
+    }
+
+    #[test]
+    fn a_failed_send_on_a_pooled_connection_goes_again_fresh() {
+        let reset = Error::new(ErrorType::WriteError);
+        assert_eq!(
+            send_failed(Connection::Pooled, &reset),
+            EarlyFailure::DeadPooled
+        );
+        assert_eq!(
+            send_failed(Connection::Fresh, &Error::new(ErrorType::WriteTimedout)),
+            EarlyFailure::Failed(RequestError::UpstreamTimeout)
+        );
+    }
+}
