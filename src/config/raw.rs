@@ -1,0 +1,107 @@
+//! The serde shapes of `gateway.yaml` and the keys file, exactly as written; every struct
+//! denies unknown fields, so a misspelt key is an error with its path, never ignored.
+
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) listen: Option<String>,
+    pub(super) admin_listen: Option<String>,
+    pub(super) environment: Option<String>,
+    pub(super) max_body_bytes: Option<RawSize>,
+    #[serde(default)]
+    pub(super) hosts: Vec<String>,
+    pub(super) threads: Option<usize>,
+    pub(super) max_concurrent: Option<u32>,
+    pub(super) shutdown_grace: Option<String>,
+    pub(super) client_timeout: Option<String>,
+    pub(super) retry_attempts: Option<u32>,
+    pub(super) retry_backoff: Option<String>,
+    pub(super) watch_interval: Option<String>,
+    pub(super) log_level: Option<String>,
+    pub(super) echo_upstream: Option<RawEcho>,
+    pub(super) keys_file: Option<String>,
+    #[serde(default)]
+    pub(super) upstreams: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    pub(super) models: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    pub(super) keys: Vec<serde_yaml::Value>,
+}
+
+/// `max_body_bytes`: a plain byte count, or text with a unit for [`super::parse_size`].
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEcho {
+    pub(super) listen: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKeysFile {
+    #[serde(default)]
+    pub(super) keys: Vec<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub(super) name: String,
+    pub(super) url: String,
+    pub(super) ca_file: Option<String>,
+    pub(super) api_key_env: Option<String>,
+    pub(super) connect_timeout: Option<String>,
+    pub(super) first_byte_timeout: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) total_timeout: Option<String>,
+    pub(super) max_concurrent: Option<u32>,
+    pub(super) max_queue: Option<u32>,
+    pub(super) queue_timeout: Option<String>,
+    pub(super) rate_limit_cooldown: Option<String>,
+    pub(super) eject_after_failures: Option<u32>,
+    pub(super) eject_duration: Option<String>,
+    pub(super) eject_duration_max: Option<String>,
+    pub(super) health_check_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawModel {
+    pub(super) id: String,
+    pub(super) upstream: Option<String>,
+    pub(super) upstream_model: Option<String>,
+    pub(super) targets: Option<Vec<RawTarget>>,
+    pub(super) endpoint_type: Option<String>,
+    #[serde(default)]
+    pub(super) capabilities: Vec<String>,
+    pub(super) owned_by: Option<String>,
+    pub(super) created: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub(super) upstream: String,
+    pub(super) weight: Option<u32>,
+    pub(super) upstream_model: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKey {
+    pub(super) name: String,
+    pub(super) sha256: String,
+    pub(super) enabled: Option<bool>,
+    pub(super) models: Option<Vec<String>>,
+    pub(super) requests_per_minute: Option<u32>,
+    pub(super) burst: Option<u32>,
+    pub(super) max_concurrent: Option<u32>,
+}

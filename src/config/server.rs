@@ -1,0 +1,202 @@
+//! The top-level settings of `gateway.yaml`: listeners, body limit, hosts, threads, the
+//! gateway-wide cap, timeouts, retries, the reload watch, log level and the echo backend.
+
+use super::raw::{RawConfig, RawSize};
+use super::values::{duration, nonzero, parse_size, socket_addr, Errors};
+use super::{Config, KeyConfig, ModelConfig, UpstreamConfig};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything of [`Config`] but its lists, checked; a listener is `None` only after an
+/// error was recorded for it.
+pub(super) struct Settings {
+    listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+    environment: String,
+    max_body_bytes: usize,
+    hosts: Vec<String>,
+    threads: usize,
+    max_concurrent: Option<NonZeroU32>,
+    shutdown_grace: Duration,
+    client_timeout: Duration,
+    retry_attempts: u32,
+    retry_backoff: Duration,
+    watch_interval: Duration,
+    log_level: log::LevelFilter,
+    echo_upstream: Option<SocketAddr>,
+    keys_file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// The configuration: these settings and the validated lists. Only for a load that
+    /// recorded no error.
+    pub(super) fn into_config(
+        self,
+        upstreams: Vec<UpstreamConfig>,
+        models: Vec<ModelConfig>,
+        keys: Vec<KeyConfig>,
+    ) -> Config {
+        Config {
+            listen: self.listen.expect("no error, so it parsed"),
+            admin_listen: self.admin_listen.expect("no error, so it parsed"),
+            environment: self.environment,
+            max_body_bytes: self.max_body_bytes,
+            hosts: self.hosts,
+            threads: self.threads,
+            max_concurrent: self.max_concurrent,
+            shutdown_grace: self.shutdown_grace,
+            client_timeout: self.client_timeout,
+            retry_attempts: self.retry_attempts,
+            retry_backoff: self.retry_backoff,
+            watch_interval: self.watch_interval,
+            log_level: self.log_level,
+            echo_upstream: self.echo_upstream,
+            keys_file: self.keys_file,
+            upstreams,
+            models,
+            keys,
+        }
+    }
+}
+
+/// Checks the top-level settings, in the order their errors are reported.
+pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
+    let (listen, admin_listen) = listeners(errors, raw);
+    let max_body_bytes = body_limit(errors, raw.max_body_bytes.as_ref());
+    let threads = threads(errors, raw.threads);
+    let max_concurrent = nonzero(errors, "max_concurrent", raw.max_concurrent);
+    let shutdown_grace = duration(
+        errors,
+        "shutdown_grace",
+        raw.shutdown_grace.as_deref(),
+        Duration::from_secs(30),
+    );
+    let client_timeout = duration(
+        errors,
+        "client_timeout",
+        raw.client_timeout.as_deref(),
+        Duration::from_secs(60),
+    );
+    let (retry_attempts, retry_backoff) = retries(errors, raw);
+    let watch_interval = duration(
+        errors,
+        "watch_interval",
+        raw.watch_interval.as_deref(),
+        Duration::from_millis(500),
+    );
+    let log_level = log_level(errors, raw.log_level.as_deref());
+    let echo_upstream = raw
+        .echo_upstream
+        .as_ref()
+        .and_then(|echo| socket_addr(errors, "echo_upstream.listen", &echo.listen));
+    Settings {
+        listen,
+        admin_listen,
+        environment: raw
+            .environment
+            .clone()
+            .unwrap_or_else(|| "production".into()),
+        max_body_bytes,
+        hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        threads,
+        max_concurrent,
+        shutdown_grace,
+        client_timeout,
+        retry_attempts,
+        retry_backoff,
+        watch_interval,
+        log_level,
+        echo_upstream,
+        keys_file: raw.keys_file.as_deref().map(PathBuf::from),
+    }
+}
+
+/// The client and admin listeners, which must not share a port.
+fn listeners(errors: &mut Errors, raw: &RawConfig) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let listen = socket_addr(
+        errors,
+        "listen",
+        raw.listen.as_deref().unwrap_or("0.0.0.0:8080"),
+    );
+    let admin_listen = socket_addr(
+        errors,
+        "admin_listen",
+        raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+    );
+    if let (Some(client), Some(admin)) = (listen, admin_listen) {
+        if client == admin && client.port() != 0 {
+            errors.push(
+                "admin_listen",
+                "must differ from `listen`: the admin listener is never the client port",
+            );
+        }
+    }
+    (listen, admin_listen)
+}
+
+/// `max_body_bytes`: 8 MiB by default, never zero.
+fn body_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
+    let max_body_bytes = match size {
+        None => 8 << 20,
+        Some(RawSize::Bytes(n)) => *n as usize,
+        Some(RawSize::Text(text)) => parse_size(text).unwrap_or_else(|| {
+            errors.push(
+                "max_body_bytes",
+                format!("'{text}' is not a size (examples: 8MiB, 512KiB, 1048576)"),
+            );
+            0
+        }),
+    };
+    if max_body_bytes == 0
+        && !errors
+            .list
+            .iter()
+            .any(|e| e.path.ends_with("max_body_bytes"))
+    {
+        errors.push("max_body_bytes", "must be greater than zero");
+    }
+    max_body_bytes
+}
+
+/// Worker threads: one per available core by default.
+fn threads(errors: &mut Errors, threads: Option<usize>) -> usize {
+    let threads =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if threads == 0 {
+        errors.push("threads", "must be at least 1");
+    }
+    threads
+}
+
+/// `retry_attempts` (bounded) and `retry_backoff`.
+fn retries(errors: &mut Errors, raw: &RawConfig) -> (u32, Duration) {
+    let retry_attempts = raw.retry_attempts.unwrap_or(2);
+    if retry_attempts > 10 {
+        errors.push(
+            "retry_attempts",
+            "at most 10: retries multiply load on a struggling backend",
+        );
+    }
+    let retry_backoff = duration(
+        errors,
+        "retry_backoff",
+        raw.retry_backoff.as_deref(),
+        Duration::from_millis(50),
+    );
+    (retry_attempts, retry_backoff)
+}
+
+fn log_level(errors: &mut Errors, text: Option<&str>) -> log::LevelFilter {
+    match text.unwrap_or("info").parse() {
+        Ok(level) => level,
+        Err(_) => {
+            errors.push(
+                "log_level",
+                "must be one of off, error, warn, info, debug, trace",
+            );
+            log::LevelFilter::Info
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Upstreams: the URL checked and its host resolved, the private CA file, the credential
+//! from the environment, the timeouts and the protection policy.
+
+use super::raw::RawUpstream;
+use super::values::{check_name, check_unique, duration, items, nonzero, Errors};
+use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
+use crate::secret::Secret;
+use pingora::protocols::tls::CaType;
+use pingora::utils::tls::{parse_x509, WrappedX509};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The valid upstreams, and the names of all that parsed (valid or not) for the models
+/// to refer to.
+pub(super) fn upstreams(
+    errors: &mut Errors,
+    values: Vec<serde_yaml::Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+    lookup: HostLookup,
+) -> (Vec<UpstreamConfig>, Vec<String>) {
+    // Names are checked on every item that parsed, valid or not, so one bad upstream
+    // does not also turn up as "no upstream named ..." in each model that uses it.
+    let raw_upstreams: Vec<(String, RawUpstream)> = items(errors, "upstreams", values);
+    let upstream_names: Vec<&str> = raw_upstreams.iter().map(|(_, u)| u.name.as_str()).collect();
+    check_unique(errors, "upstreams", upstream_names.iter().copied(), "name");
+    let declared: Vec<String> = upstream_names.iter().map(|n| n.to_string()).collect();
+    let upstreams = raw_upstreams
+        .into_iter()
+        .filter_map(|(path, raw)| upstream(errors, &path, raw, env, lookup))
+        .collect();
+    (upstreams, declared)
+}
+
+fn upstream(
+    errors: &mut Errors,
+    path: &str,
+    raw: RawUpstream,
+    env: &dyn Fn(&str) -> Option<String>,
+    lookup: HostLookup,
+) -> Option<UpstreamConfig> {
+    let before = errors.list.len();
+    check_name(errors, &format!("{path}.name"), &raw.name);
+    let (url, addr) = url_and_addr(errors, path, &raw.url, lookup);
+    let ca = raw
+        .ca_file
+        .as_deref()
+        .and_then(|name| ca(errors, path, name, url.as_ref()));
+    let credential = raw
+        .api_key_env
+        .as_deref()
+        .and_then(|name| credential(errors, path, name, env));
+    let connect_timeout = duration(
+        errors,
+        &format!("{path}.connect_timeout"),
+        raw.connect_timeout.as_deref(),
+        Duration::from_secs(5),
+    );
+    let first_byte_timeout = duration(
+        errors,
+        &format!("{path}.first_byte_timeout"),
+        raw.first_byte_timeout.as_deref(),
+        Duration::from_secs(120),
+    );
+    let idle_timeout = duration(
+        errors,
+        &format!("{path}.idle_timeout"),
+        raw.idle_timeout.as_deref(),
+        Duration::from_secs(60),
+    );
+    let policy = policy(errors, path, &raw);
+    if errors.list.len() > before {
+        return None;
+    }
+    Some(UpstreamConfig {
+        name: raw.name,
+        url: url?,
+        addr: addr?,
+        ca,
+        credential,
+        connect_timeout,
+        first_byte_timeout,
+        idle_timeout,
+        policy,
+    })
+}
+
+/// The checked `url` and, when it is one, the address its host resolves to.
+fn url_and_addr(
+    errors: &mut Errors,
+    path: &str,
+    text: &str,
+    lookup: HostLookup,
+) -> (Option<http::Uri>, Option<SocketAddr>) {
+    let url = match check_url(text) {
+        Ok(url) => Some(url),
+        Err(message) => {
+            errors.push(format!("{path}.url"), message);
+            None
+        }
+    };
+    // Resolved now, never on the request path (and again on every reload).
+    let addr = url.as_ref().and_then(|url| match resolve(url, lookup) {
+        Ok(addr) => Some(addr),
+        Err(message) => {
+            errors.push(format!("{path}.url"), message);
+            None
+        }
+    });
+    (url, addr)
+}
+
+/// The `ca_file` called `name`, read relative to the directory of the file the errors name
+/// (the configuration file, when it was loaded by `load_files`).
+fn ca(errors: &mut Errors, path: &str, name: &str, url: Option<&http::Uri>) -> Option<Arc<CaType>> {
+    if url.is_some_and(|u| u.scheme_str() != Some("https")) {
+        errors.push(format!("{path}.ca_file"), "only applies to an https:// url");
+    }
+    let full = Path::new(&errors.file)
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(name);
+    match read_ca_file(&full) {
+        Ok(ca) => Some(ca),
+        Err(message) => {
+            errors.push(format!("{path}.ca_file"), message);
+            None
+        }
+    }
+}
+
+/// The credential held by the environment variable `name` (`api_key_env`); never empty.
+fn credential(
+    errors: &mut Errors,
+    path: &str,
+    name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<Secret> {
+    match env(name) {
+        Some(value) if !value.is_empty() => Some(Secret::new(value)),
+        _ => {
+            errors.push(
+                format!("{path}.api_key_env"),
+                format!("environment variable {name} is not set or empty"),
+            );
+            None
+        }
+    }
+}
+
+fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
+    let optional = |errors: &mut Errors, field: &str, text: &Option<String>| {
+        text.as_ref()
+            .map(|t| duration(errors, &format!("{path}.{field}"), Some(t), Duration::ZERO))
+    };
+    let total_timeout = optional(errors, "total_timeout", &raw.total_timeout);
+    let health_check_interval =
+        optional(errors, "health_check_interval", &raw.health_check_interval);
+    let (max_concurrent, max_queue, queue_timeout) = queue(errors, path, raw);
+    let rate_limit_cooldown = duration(
+        errors,
+        &format!("{path}.rate_limit_cooldown"),
+        raw.rate_limit_cooldown.as_deref(),
+        Duration::from_secs(5),
+    );
+    let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, path, raw);
+    UpstreamPolicy {
+        total_timeout,
+        max_concurrent,
+        max_queue,
+        queue_timeout,
+        rate_limit_cooldown,
+        eject_after_failures,
+        eject_duration,
+        eject_duration_max,
+        health_check_interval,
+    }
+}
+
+/// `max_concurrent`, `max_queue` (four waiting per slot by default) and `queue_timeout`.
+fn queue(
+    errors: &mut Errors,
+    path: &str,
+    raw: &RawUpstream,
+) -> (Option<NonZeroU32>, u32, Duration) {
+    let max_concurrent = nonzero(
+        errors,
+        &format!("{path}.max_concurrent"),
+        raw.max_concurrent,
+    );
+    if raw.max_queue.is_some() && max_concurrent.is_none() {
+        errors.push(format!("{path}.max_queue"), "needs max_concurrent");
+    }
+    let max_queue = raw
+        .max_queue
+        .unwrap_or_else(|| max_concurrent.map_or(0, |m| m.get().saturating_mul(4)));
+    let queue_timeout = duration(
+        errors,
+        &format!("{path}.queue_timeout"),
+        raw.queue_timeout.as_deref(),
+        Duration::from_secs(5),
+    );
+    (max_concurrent, max_queue, queue_timeout)
+}
+
+/// `eject_after_failures`, `eject_duration` and `eject_duration_max`.
+fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duration, Duration) {
+    let eject_after_failures = raw.eject_after_failures.unwrap_or(5);
+    if eject_after_failures == 0 {
+        errors.push(format!("{path}.eject_after_failures"), "must be at least 1");
+    }
+    let eject_duration = duration(
+        errors,
+        &format!("{path}.eject_duration"),
+        raw.eject_duration.as_deref(),
+        Duration::from_secs(5),
+    );
+    let eject_duration_max = duration(
+        errors,
+        &format!("{path}.eject_duration_max"),
+        raw.eject_duration_max.as_deref(),
+        Duration::from_secs(120),
+    );
+    if eject_duration_max < eject_duration {
+        errors.push(
+            format!("{path}.eject_duration_max"),
+            "must not be shorter than eject_duration",
+        );
+    }
+    (eject_after_failures, eject_duration, eject_duration_max)
+}
+
+/// Every certificate of a PEM file, checked to parse, as pingora's per-peer CA list.
+fn read_ca_file(path: &Path) -> Result<Arc<CaType>, String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut certificates = Vec::new();
+    for item in rustls_pemfile::certs(&mut text.as_slice()) {
+        let der =
+            item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
+        // pingora's parser panics on a bad certificate: check it with the same parser first.
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("{}: a certificate does not parse: {e}", path.display()))?;
+        certificates.push(WrappedX509::new(der.to_vec(), parse_x509));
+    }
+    if certificates.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(Arc::from(certificates.into_boxed_slice()))
+}
+
+/// An absolute http(s) URL without credentials or query string.
+fn check_url(text: &str) -> Result<http::Uri, String> {
+    let url: http::Uri = text.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let scheme_ok = matches!(url.scheme_str(), Some("http") | Some("https"));
+    if !scheme_ok || url.host().is_none_or(str::is_empty) {
+        return Err("must be an absolute http:// or https:// URL".into());
+    }
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err("must not carry credentials; use api_key_env".into());
+    }
+    if url.query().is_some() {
+        return Err("must not carry a query string".into());
+    }
+    Ok(url)
+}
+
+/// The first address the URL's host resolves to (default port by scheme).
+fn resolve(url: &http::Uri, lookup: HostLookup) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let tls = url.scheme_str() == Some("https");
+    let host = url.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    if lookup == HostLookup::Skip {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} resolves to no address"))
+}

@@ -1,0 +1,183 @@
+//! The error collector every section reports into, and the scalar checks the sections
+//! share: names, uniqueness, addresses, limits, durations and sizes.
+
+use super::ConfigError;
+use serde::de::DeserializeOwned;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+/// Collects errors under a path prefix while validation goes on.
+pub(super) struct Errors {
+    /// The file the errors are about, as it is named in messages.
+    pub(super) file: String,
+    pub(super) list: Vec<ConfigError>,
+}
+
+impl Errors {
+    pub(super) fn new(file: &str) -> Self {
+        Errors {
+            file: file.to_string(),
+            list: Vec::new(),
+        }
+    }
+
+    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = path.into();
+        let path = if path.is_empty() {
+            self.file.clone()
+        } else {
+            format!("{}: {path}", self.file)
+        };
+        self.list.push(ConfigError {
+            path,
+            message: message.into(),
+        });
+    }
+
+    /// Parses a whole file's text, recording its error under the key path it is about
+    /// (none when it is about the whole document).
+    pub(super) fn document<T: DeserializeOwned>(&mut self, text: &str) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(serde_yaml::Deserializer::from_str(text)) {
+            Ok(document) => Some(document),
+            Err(error) => {
+                let path = error.path().to_string();
+                self.push(
+                    if path == "." { String::new() } else { path },
+                    error.into_inner().to_string(),
+                );
+                None
+            }
+        }
+    }
+
+    /// Parses one list item on its own, recording its error under `path`.
+    pub(super) fn item<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        value: serde_yaml::Value,
+    ) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(item) => Some(item),
+            Err(error) => {
+                let inner = error.path().to_string();
+                let full = if inner == "." {
+                    path.to_string()
+                } else {
+                    format!("{path}.{inner}")
+                };
+                self.push(full, error.into_inner().to_string());
+                None
+            }
+        }
+    }
+}
+
+/// Parses each item of a list on its own, with its path (`upstreams[2]`).
+pub(super) fn items<T: DeserializeOwned>(
+    errors: &mut Errors,
+    list: &str,
+    values: Vec<serde_yaml::Value>,
+) -> Vec<(String, T)> {
+    values
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, value)| {
+            let path = format!("{list}[{i}]");
+            errors.item::<T>(&path, value).map(|item| (path, item))
+        })
+        .collect()
+}
+
+/// Names become metric labels and log fields: keep them short and plain.
+pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > 64 || !plain {
+        errors.push(
+            path,
+            "must be 1-64 characters of letters, digits, '-', '_' or '.'",
+        );
+    }
+}
+
+/// Reports each value of `list` seen before, naming it by `field` (a hash is not shown).
+pub(super) fn check_unique<'a>(
+    errors: &mut Errors,
+    list: &str,
+    values: impl Iterator<Item = &'a str>,
+    field: &str,
+) {
+    let mut seen = std::collections::HashSet::new();
+    for value in values {
+        if !seen.insert(value) {
+            let shown = if field == "sha256" { "(a hash)" } else { value };
+            errors.push(list, format!("two entries share the {field} {shown}"));
+        }
+    }
+}
+
+pub(super) fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option<SocketAddr> {
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            errors.push(
+                path,
+                format!("'{text}' is not an address like 127.0.0.1:8080"),
+            );
+            None
+        }
+    }
+}
+
+/// An optional limit: absent means none, zero is an error.
+pub(super) fn nonzero(errors: &mut Errors, path: &str, value: Option<u32>) -> Option<NonZeroU32> {
+    let value = value?;
+    let nonzero = NonZeroU32::new(value);
+    if nonzero.is_none() {
+        errors.push(path, "must be at least 1 (leave it out for no limit)");
+    }
+    nonzero
+}
+
+/// A positive duration like `150ms`; `default` when absent, and after an error.
+pub(super) fn duration(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    default: Duration,
+) -> Duration {
+    let Some(text) = text else { return default };
+    match humantime::parse_duration(text) {
+        Ok(d) if !d.is_zero() => d,
+        _ => {
+            errors.push(
+                path,
+                format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"),
+            );
+            default
+        }
+    }
+}
+
+/// Parses `8MiB`, `512KiB`, `1MB`, `1048576`.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits.parse().ok()?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
+}
