@@ -65,6 +65,12 @@ pub struct Config {
     pub max_concurrent: Option<NonZeroU32>,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,
+    /// A request head must arrive whole within it.
+    pub client_header_timeout: Duration,
+    /// An idle keep-alive client connection closes after it.
+    pub client_idle_timeout: Duration,
+    /// Client connections open at once; past it the listener stops accepting.
+    pub max_connections: NonZeroU32,
     /// Resends after a failure that provably did not reach the upstream.
     pub retry_attempts: u32,
     /// First pause before a resend; doubled each time, with jitter.
@@ -164,7 +170,7 @@ pub enum HostLookup {
 /// [`load_files`], choosing whether host names are resolved.
 pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, ConfigErrors> {
     let read = |p: &Path| {
-        std::fs::read_to_string(p).map_err(|e| {
+        read_text_file(p).map_err(|e| {
             ConfigErrors(vec![ConfigError {
                 path: p.display().to_string(),
                 message: format!("cannot read: {e}"),
@@ -188,6 +194,24 @@ pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, Config
     )?;
     config.keys_file = keys_file;
     Ok(config)
+}
+
+/// Largest configuration or keys file read.
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// A configuration file's text. Only a regular file of bounded size is read: a FIFO or a
+/// device in its place would block a reload or read without end.
+fn read_text_file(path: &Path) -> std::io::Result<String> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_FILE_BYTES} bytes"
+        )));
+    }
+    std::fs::read_to_string(path)
 }
 
 /// The `keys_file` named by a configuration text, if it names one and parses at all.

@@ -24,6 +24,10 @@ pub enum RequestError {
         limit_bytes: usize,
     },
     UnsupportedMediaType,
+    /// The request is not valid HTTP/1.1 (its head or its body framing).
+    InvalidRequest {
+        detail: &'static str,
+    },
     InvalidJson {
         detail: String,
     },
@@ -67,6 +71,7 @@ impl RequestError {
         use RequestError::*;
         match self {
             InvalidJson { .. }
+            | InvalidRequest { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
@@ -111,6 +116,7 @@ impl RequestError {
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } => "invalid_json",
+            InvalidRequest { .. } => "invalid_request",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
@@ -179,6 +185,7 @@ impl RequestError {
                 "The request body must be JSON: send `Content-Type: application/json`.".into()
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
+            InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
             MissingParameter { param } => format!("Missing required parameter: '{param}'."),
             InvalidParameter { message, .. } => message.clone(),
             CapabilityNotSupported { model, capability, .. } => format!(

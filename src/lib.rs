@@ -7,6 +7,7 @@ pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod connection;
 pub mod echo;
 pub mod error;
 pub mod gateway;

@@ -118,7 +118,13 @@ fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
         rt.block_on(async {
             let (_tx, watch) = tokio::sync::watch::channel(false);
             let echo = Arc::new(sluice::echo::Echo { word_delay });
-            let (addr, task) = sluice::server::listen(listen, echo, watch).await?;
+            let (addr, task) = sluice::server::listen(
+                listen,
+                echo,
+                sluice::connection::ClientPolicy::standard(),
+                watch,
+            )
+            .await?;
             log::info!(target: "sluice", listen:% = addr; "echo backend listening");
             let _ = task.await;
             Ok(())
@@ -137,7 +143,13 @@ fn run(path: &Path) -> ExitCode {
     };
     sluice::logger::init(config.log_level);
     let catalog = Catalog::build(&config, 1);
-    let result = runtime(config.threads).and_then(|rt| rt.block_on(serve(path, config, catalog)));
+    let result = runtime(config.threads).and_then(|rt| {
+        let served = rt.block_on(serve(path, config, catalog));
+        // A reload stuck on a file read (a hung mount, a FIFO) must not keep the process
+        // alive: blocking tasks still running are left behind, not waited for.
+        rt.shutdown_background();
+        served
+    });
     exit_on(result)
 }
 
@@ -162,13 +174,20 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     );
     let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));
     tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
+    // A reload runs beside the signal loop, never in it: one stuck on a file read must not
+    // keep SIGTERM from draining. One SIGHUP reload at a time.
+    let mut signal_reload: Option<tokio::task::JoinHandle<bool>> = None;
     loop {
         tokio::select! {
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
             _ = hangup.recv() => {
+                if signal_reload.as_ref().is_some_and(|r| !r.is_finished()) {
+                    log::warn!(target: "sluice::reload", "SIGHUP ignored: the previous reload is still running");
+                    continue;
+                }
                 let reloader = Arc::clone(&reloader);
-                let _ = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
+                signal_reload = Some(tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal)));
             }
         }
     }

@@ -25,6 +25,7 @@ mod downstream;
 mod outcome;
 
 pub use context::RequestContext;
+pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key};
@@ -34,6 +35,7 @@ use crate::limits::Admission;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::route::{route, Route};
+use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch};
 use async_trait::async_trait;
 use context::{Failure, InFlight};
@@ -65,13 +67,20 @@ impl ProxyHttp for Proxy {
         RequestContext::new()
     }
 
-    /// Before anything else: the one catalog snapshot this request will use, and the client
-    /// connection's timeouts from it.
+    /// Before anything else, as soon as the head is read: the head deadline ends, and the
+    /// one catalog snapshot this request will use sets the client connection's timeouts.
     async fn early_request_filter(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
     ) -> Result<()> {
+        if let Some(connection) = session
+            .as_downstream()
+            .stream()
+            .and_then(BufferedStream::client_connection)
+        {
+            connection.request_started();
+        }
         let catalog = self.gateway.catalog();
         let timeout = catalog.client_timeout;
         ctx.catalog = Some(catalog);

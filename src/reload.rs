@@ -125,11 +125,17 @@ impl Reloader {
 }
 
 /// A hash of both files' contents (or of why they cannot be read), following symlinks.
+/// Only regular files are read: a FIFO or a device put in a file's place would block the
+/// watcher or read without end.
 fn fingerprint(config: &Path, keys_file: Option<&Path>) -> u64 {
     let mut hasher = DefaultHasher::new();
     for path in std::iter::once(config).chain(keys_file) {
-        match std::fs::read(path) {
-            Ok(bytes) => bytes.hash(&mut hasher),
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => match std::fs::read(path) {
+                Ok(bytes) => bytes.hash(&mut hasher),
+                Err(e) => e.kind().hash(&mut hasher),
+            },
+            Ok(meta) => format!("{:?}", meta.file_type()).hash(&mut hasher),
             Err(e) => e.kind().hash(&mut hasher),
         }
     }
@@ -153,6 +159,15 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.log_level != new.log_level {
         changed.push("log_level");
+    }
+    if old.client_header_timeout != new.client_header_timeout {
+        changed.push("client_header_timeout");
+    }
+    if old.client_idle_timeout != new.client_idle_timeout {
+        changed.push("client_idle_timeout");
+    }
+    if old.max_connections != new.max_connections {
+        changed.push("max_connections");
     }
     changed
 }

@@ -4,8 +4,10 @@
 //! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
+use crate::connection::{ClientConnection, ClientPolicy};
 use crate::transport::BufferedStream;
-use pingora::apps::ServerApp;
+use pingora::apps::HttpServerApp;
+use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest};
 use pingora::server::ShutdownWatch;
@@ -14,28 +16,42 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-/// Binds `addr` and serves `app` on it until `shutdown` turns true.
+/// Binds `addr` and serves `app` on it, each connection under `policy`, until `shutdown`
+/// turns true.
 pub async fn listen<A>(
     addr: SocketAddr,
     app: Arc<A>,
+    policy: ClientPolicy,
     shutdown: ShutdownWatch,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
 where
-    A: ServerApp + Send + Sync + 'static,
+    A: HttpServerApp + Send + Sync + 'static,
 {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(accept_loop(listener, app, shutdown));
+    let task = tokio::spawn(accept_loop(listener, app, policy, shutdown));
     Ok((bound, task))
 }
 
-async fn accept_loop<A>(listener: TcpListener, app: Arc<A>, mut shutdown: ShutdownWatch)
-where
-    A: ServerApp + Send + Sync + 'static,
+async fn accept_loop<A>(
+    listener: TcpListener,
+    app: Arc<A>,
+    policy: ClientPolicy,
+    mut shutdown: ShutdownWatch,
+) where
+    A: HttpServerApp + Send + Sync + 'static,
 {
+    let open = Arc::new(Semaphore::new(policy.max_connections));
     loop {
+        // A place first: at `max_connections`, nothing more is accepted until one closes.
+        let place = tokio::select! {
+            place = Arc::clone(&open).acquire_owned() => place,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let Ok(place) = place else { return };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -48,22 +64,52 @@ where
                 let mut stream = L4Stream::from(tcp);
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
-                let stream: pingora::protocols::Stream =
-                    Box::new(BufferedStream::new(Box::new(stream)));
+                let connection = ClientConnection::accepted(&policy);
+                let stream: pingora::protocols::Stream = Box::new(BufferedStream::for_client(
+                    Box::new(stream),
+                    Arc::clone(&connection),
+                ));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
+                let idle_timeout = policy.idle_timeout;
                 tokio::spawn(async move {
-                    let mut next = app.process_new(stream, &shutdown).await;
-                    while let Some(stream) = next {
-                        next = app.process_new(stream, &shutdown).await;
-                    }
+                    serve(app, stream, connection, idle_timeout, &shutdown).await;
+                    drop(place);
                 });
             }
             Err(e) => {
                 // Usually out of file descriptors: back off briefly instead of spinning.
-                log::warn!(target: "sluice::server", "accept failed: {e}");
+                log::warn!(target: "sluice::server", error:% = e; "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// Serves one connection's requests, one after another, while it is kept alive. Pipelined
+/// requests are read ahead by pingora and answered in order.
+async fn serve<A>(
+    app: Arc<A>,
+    stream: pingora::protocols::Stream,
+    connection: Arc<ClientConnection>,
+    idle_timeout: Duration,
+    shutdown: &ShutdownWatch,
+) where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    let mut session = ServerSession::new_http1(stream);
+    session.set_pipelining_enabled(true);
+    if *shutdown.borrow() {
+        session.set_keepalive(None);
+    } else {
+        session.set_keepalive(Some(idle_timeout.as_secs().max(1)));
+    }
+    while let Some(reused) = app.process_new_http(session, shutdown).await {
+        connection.request_finished();
+        let (stream, settings) = reused.consume();
+        session = ServerSession::new_http1(stream);
+        if let Some(settings) = settings {
+            settings.apply_to_session(&mut session);
         }
     }
 }
@@ -94,20 +140,36 @@ pub async fn start(
             let echo = Arc::new(crate::echo::Echo {
                 word_delay: Duration::from_millis(20),
             });
-            Some(listen(addr, echo, rest_watch.clone()).await?.0)
+            Some(
+                listen(addr, echo, ClientPolicy::standard(), rest_watch.clone())
+                    .await?
+                    .0,
+            )
         }
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
     let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
     let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, proxy));
-    let (addr, _) = listen(config.listen, proxy, clients_watch).await?;
+    let clients = ClientPolicy {
+        header_timeout: config.client_header_timeout,
+        idle_timeout: config.client_idle_timeout,
+        max_connections: config.max_connections.get() as usize,
+        answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
+    };
+    let (addr, _) = listen(config.listen, proxy, clients, clients_watch).await?;
     tokio::spawn(crate::upstream::run_checks(
         Arc::clone(&gateway),
         rest_watch.clone(),
     ));
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
-    let (admin_addr, _) = listen(config.admin_listen, admin, rest_watch).await?;
+    let (admin_addr, _) = listen(
+        config.admin_listen,
+        admin,
+        ClientPolicy::standard(),
+        rest_watch,
+    )
+    .await?;
     Ok(Running {
         addr,
         admin_addr,

@@ -7,7 +7,16 @@
 //! the largest single cost of a proxied request (benches/README.md). Writes collect here
 //! until a flush; a `Coalesce` handle lets the caller hold flushes back while it writes a
 //! request's parts, then release them with the last one.
+//!
+//! The same wrapper keeps two other things that only the stream can see:
+//! - on a client connection, the bounds of `connection.rs` (the head deadline, the idle
+//!   deadline, pingora's own answers replaced by the gateway's);
+//! - on an upstream connection, an answer that arrives while the request is still being
+//!   written (an upstream refusing a large body with 413 before reading it): a write that
+//!   cannot go on is given up as soon as answer bytes can be read, and those bytes are kept
+//!   for the next read, so the caller can relay the answer instead of timing out.
 
+use crate::connection::{ClientConnection, Outgoing};
 use async_trait::async_trait;
 use pingora::protocols::raw_connect::ProxyDigest;
 use pingora::protocols::{
@@ -15,6 +24,7 @@ use pingora::protocols::{
     TimingDigest, UniqueID, UniqueIDType,
 };
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +32,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
 
 /// Past this many buffered bytes, a write goes out before more are taken.
 const BUFFER_BYTES: usize = 64 << 10;
@@ -55,6 +66,9 @@ impl Coalesce {
     }
 }
 
+/// Most answer bytes read ahead while a request write is blocked.
+const READ_AHEAD_BYTES: usize = 16 << 10;
+
 /// A stream whose writes wait in a buffer until flushed.
 pub struct BufferedStream {
     inner: Stream,
@@ -62,11 +76,35 @@ pub struct BufferedStream {
     /// Bytes of `buffer` already written out.
     written: usize,
     coalesce: Coalesce,
+    /// A client connection's bounds; `None` on an upstream connection.
+    client: Option<Arc<ClientConnection>>,
+    /// Fires at the client connection's read deadline.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Upstream connection: answer bytes read while a write was blocked, served first.
+    read_ahead: Vec<u8>,
 }
 
 impl BufferedStream {
+    /// An upstream connection's stream.
     pub fn new(inner: Stream) -> Self {
         Self::with_coalesce(inner, Coalesce::default())
+    }
+
+    /// A client connection's stream, kept to `connection`'s bounds.
+    pub fn for_client(inner: Stream, connection: Arc<ClientConnection>) -> Self {
+        BufferedStream {
+            client: Some(connection),
+            ..Self::new(inner)
+        }
+    }
+
+    /// The client connection a stream belongs to, if it is one.
+    pub fn client_connection(stream: &Stream) -> Option<&Arc<ClientConnection>> {
+        stream
+            .as_any()
+            .downcast_ref::<BufferedStream>()?
+            .client
+            .as_ref()
     }
 
     pub fn with_coalesce(inner: Stream, coalesce: Coalesce) -> Self {
@@ -75,6 +113,59 @@ impl BufferedStream {
             buffer: Vec::new(),
             written: 0,
             coalesce,
+            client: None,
+            timer: None,
+            read_ahead: Vec::new(),
+        }
+    }
+
+    /// Whether `deadline` has passed, arming the timer to wake this task when it does.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
+        }
+        timer.as_mut().poll(cx).is_ready()
+    }
+
+    /// Upstream connection, a write that cannot go on: is an answer already there? Reads it
+    /// ahead (kept for the next read) and gives the write up, so the caller reads the answer.
+    fn poll_answer_while_blocked(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if self.client.is_some() || self.read_ahead.len() >= READ_AHEAD_BYTES {
+            return Poll::Pending;
+        }
+        let mut chunk = [0u8; 4096];
+        let mut read = ReadBuf::new(&mut chunk);
+        match Pin::new(&mut self.inner).poll_read(cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(e),
+            Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                Poll::Ready(io::ErrorKind::BrokenPipe.into())
+            }
+            Poll::Ready(Ok(())) => {
+                let filled = read.filled();
+                self.coalesce
+                    .bytes_read
+                    .fetch_add(filled.len() as u64, Ordering::AcqRel);
+                self.read_ahead.extend_from_slice(filled);
+                Poll::Ready(io::Error::other(
+                    "the upstream answered before the request was written",
+                ))
+            }
+        }
+    }
+
+    /// A write to the inner stream that gives up, on an upstream connection, once an
+    /// answer has arrived.
+    fn poll_write_inner(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, data) {
+            Poll::Pending => self.poll_answer_while_blocked(cx).map(Err),
+            ready => ready,
         }
     }
 
@@ -100,7 +191,10 @@ impl BufferedStream {
     /// Writes out the whole buffer.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.written < self.buffer.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buffer[self.written..]))?;
+            let pending = std::mem::take(&mut self.buffer);
+            let wrote = self.poll_write_inner(cx, &pending[self.written..]);
+            self.buffer = pending;
+            let n = ready!(wrote)?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -132,13 +226,35 @@ impl AsyncRead for BufferedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if !this.read_ahead.is_empty() {
+            let n = this.read_ahead.len().min(buf.remaining());
+            buf.put_slice(&this.read_ahead[..n]);
+            this.read_ahead.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        let deadline = this.client.as_ref().and_then(|c| c.read_deadline());
+        if let Some(deadline) = deadline {
+            if Instant::now() >= deadline {
+                // The head (or the next request) is late: read as the end of the stream.
+                return Poll::Ready(Ok(()));
+            }
+        }
         let before = buf.filled().len();
-        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
         let count = (buf.filled().len() - before) as u64;
         if count > 0 {
-            self.coalesce.bytes_read.fetch_add(count, Ordering::AcqRel);
+            this.coalesce.bytes_read.fetch_add(count, Ordering::AcqRel);
+            if let Some(client) = &this.client {
+                client.bytes_read();
+            }
         }
-        read
+        match (read, deadline) {
+            (Poll::Pending, Some(deadline)) if this.poll_deadline(cx, deadline) => {
+                Poll::Ready(Ok(()))
+            }
+            (read, _) => read,
+        }
     }
 }
 
@@ -148,10 +264,20 @@ impl AsyncWrite for BufferedStream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if let Some(client) = &self.client {
+            match client.outgoing(data) {
+                Outgoing::Pass => {}
+                Outgoing::Replace(answer) => {
+                    self.buffer.extend_from_slice(&answer);
+                    return Poll::Ready(Ok(data.len()));
+                }
+                Outgoing::Discard => return Poll::Ready(Ok(data.len())),
+            }
+        }
         if self.buffer.len() + data.len() > BUFFER_BYTES {
             ready!(self.poll_drain(cx))?;
             if data.len() > BUFFER_BYTES {
-                return Pin::new(&mut self.inner).poll_write(cx, data);
+                return self.poll_write_inner(cx, data);
             }
         }
         self.buffer.extend_from_slice(data);

@@ -19,7 +19,14 @@ async fn echo_backend() -> (String, tokio::sync::watch::Sender<bool>) {
         word_delay: Duration::from_millis(5),
     });
     let any_port = "127.0.0.1:0".parse().unwrap();
-    let (addr, _) = sluice::server::listen(any_port, echo, watch).await.unwrap();
+    let (addr, _) = sluice::server::listen(
+        any_port,
+        echo,
+        sluice::connection::ClientPolicy::standard(),
+        watch,
+    )
+    .await
+    .unwrap();
     (format!("http://{addr}/v1"), running)
 }
 

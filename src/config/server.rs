@@ -9,6 +9,9 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Client connections open at once when `max_connections` is not set.
+const DEFAULT_MAX_CONNECTIONS: NonZeroU32 = NonZeroU32::new(10_000).unwrap();
+
 /// Everything of [`Config`] but its lists, checked; a listener is `None` only after an
 /// error was recorded for it.
 pub(super) struct Settings {
@@ -21,6 +24,9 @@ pub(super) struct Settings {
     max_concurrent: Option<NonZeroU32>,
     shutdown_grace: Duration,
     client_timeout: Duration,
+    client_header_timeout: Duration,
+    client_idle_timeout: Duration,
+    max_connections: NonZeroU32,
     retry_attempts: u32,
     retry_backoff: Duration,
     watch_interval: Duration,
@@ -48,6 +54,9 @@ impl Settings {
             max_concurrent: self.max_concurrent,
             shutdown_grace: self.shutdown_grace,
             client_timeout: self.client_timeout,
+            client_header_timeout: self.client_header_timeout,
+            client_idle_timeout: self.client_idle_timeout,
+            max_connections: self.max_connections,
             retry_attempts: self.retry_attempts,
             retry_backoff: self.retry_backoff,
             watch_interval: self.watch_interval,
@@ -79,6 +88,29 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         raw.client_timeout.as_deref(),
         Duration::from_secs(60),
     );
+    let client_header_timeout = duration(
+        errors,
+        "client_header_timeout",
+        raw.client_header_timeout.as_deref(),
+        Duration::from_secs(10),
+    );
+    let client_idle_timeout = duration(
+        errors,
+        "client_idle_timeout",
+        raw.client_idle_timeout.as_deref(),
+        Duration::from_secs(60),
+    );
+    let max_connections = match raw.max_connections.map(NonZeroU32::new) {
+        None => DEFAULT_MAX_CONNECTIONS,
+        Some(Some(limit)) => limit,
+        Some(None) => {
+            errors.push(
+                "max_connections",
+                "must be at least 1 (leave it out for the default of 10000)",
+            );
+            DEFAULT_MAX_CONNECTIONS
+        }
+    };
     let (retry_attempts, retry_backoff) = retries(errors, raw);
     let watch_interval = duration(
         errors,
@@ -104,6 +136,9 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         max_concurrent,
         shutdown_grace,
         client_timeout,
+        client_header_timeout,
+        client_idle_timeout,
+        max_connections,
         retry_attempts,
         retry_backoff,
         watch_interval,

@@ -71,6 +71,22 @@ pub(super) async fn answer(
     Ok(())
 }
 
+/// A failed body read: a body whose chunked framing is broken is the client's error and
+/// gets an answer; any other failure means the client is gone.
+fn body_failure(error: Box<Error>) -> Failure {
+    let malformed = matches!(
+        error.etype(),
+        ErrorType::Custom("InvalidChunk") | ErrorType::InvalidHTTPHeader | ErrorType::H1Error
+    );
+    if malformed {
+        Failure::Answer(RequestError::InvalidRequest {
+            detail: "the chunked framing of its body is malformed",
+        })
+    } else {
+        Failure::Abort(error)
+    }
+}
+
 /// The Host a request names (HTTP/1 header, or the authority of an HTTP/2 request).
 pub(super) fn request_host(session: &Session) -> &str {
     let request = session.req_header();
@@ -105,7 +121,7 @@ pub(super) async fn read_body(
     // minute must not hold its slots forever.
     let whole_body = async {
         let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_request_body().await.map_err(Failure::Abort)? {
+        while let Some(chunk) = session.read_request_body().await.map_err(body_failure)? {
             if body.len() + chunk.len() > limit {
                 return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
             }

@@ -4,11 +4,15 @@
 use super::context::RequestContext;
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
+use crate::connection::RejectionAnswer;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::metrics::UNKNOWN;
+use crate::respond::error_response;
+use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::Error;
+use std::sync::Arc;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
 const MAX_LOGGED_MODEL_BYTES: usize = 256;
@@ -94,6 +98,78 @@ pub(super) fn log_request(
         },
     };
     gateway.access_log.write(&record);
+}
+
+/// The gateway's answer to a request pingora's HTTP parser refused before the request path
+/// saw it: the error envelope with a fresh `x-request-id`, counted and logged like any
+/// other rejection. pingora answers `405` to `CONNECT` (no such route here) and `400` to
+/// everything it cannot parse.
+pub fn rejection_answer(gateway: Arc<Gateway>) -> RejectionAnswer {
+    Arc::new(move |status| {
+        let error = if status == 405 {
+            RequestError::UnknownRoute {
+                repeated_prefix: false,
+            }
+        } else {
+            RequestError::InvalidRequest {
+                detail: "its head could not be parsed",
+            }
+        };
+        let request_id = crate::request_id::accept_or_generate(None);
+        let response = error_response(&error);
+        let mut bytes = format!(
+            "HTTP/1.1 {} {}\r\n",
+            response.status,
+            http::StatusCode::from_u16(response.status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("Error")
+        );
+        for (name, value) in &response.headers {
+            bytes.push_str(&format!("{name}: {value}\r\n"));
+        }
+        bytes.push_str(&format!(
+            "content-length: {}\r\nx-request-id: {request_id}\r\nconnection: close\r\n\r\n",
+            response.body.len()
+        ));
+        let mut bytes = bytes.into_bytes();
+        bytes.extend_from_slice(&response.body);
+
+        gateway
+            .metrics
+            .rejections
+            .with_label_values(&[UNKNOWN, error.code()])
+            .inc();
+        gateway
+            .metrics
+            .requests
+            .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
+            .inc();
+        let catalog = gateway.catalog();
+        gateway.access_log.write(&AccessRecord {
+            ts: now_rfc3339(),
+            environment: &catalog.environment,
+            request_id: &request_id,
+            method: "",
+            path: "",
+            host: "",
+            key: None,
+            model: None,
+            upstream: None,
+            upstream_url: None,
+            status: response.status,
+            stream: false,
+            duration_ms: 0.0,
+            upstream_ms: None,
+            ttfb_ms: None,
+            bytes_out: response.body.len(),
+            error_code: Some(error.code()),
+            error_message: Some(error.message()),
+            retry_after_ms: None,
+            since_previous_ms: None,
+        });
+        Bytes::from(bytes)
+    })
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::request_body::{with_model, ChatRequest};
 use bytes::Bytes;
 use pingora::proxy::Session;
-use pingora::Error;
+use pingora::{Error, ErrorType};
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,10 @@ async fn attempts(
                 upstream_path(upstream, "/chat/completions", None)
             )),
         };
+        let client_address = session.client_addr().map(|a| match a.as_inet() {
+            Some(inet) => inet.ip().to_string(),
+            None => a.to_string(),
+        });
         let query = session.req_header().uri.query();
         let path = upstream_path(upstream, "/chat/completions", query);
         let header = match request_header(
@@ -123,6 +127,7 @@ async fn attempts(
             &path,
             dispatch.request_id,
             body.len(),
+            client_address.as_deref(),
         ) {
             Ok(header) => header,
             Err(e) => {
@@ -131,7 +136,15 @@ async fn attempts(
             }
         };
 
-        let slot = match upstreams.acquire(upstream).await {
+        // A client that leaves while queued gives its place back at once.
+        let acquired = tokio::select! {
+            acquired = upstreams.acquire(upstream) => acquired,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                let gone = gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));
+                return Delivery::ClientGone(gone);
+            }
+        };
+        let slot = match acquired {
             Ok(slot) => slot,
             Err(error) => return Delivery::Refused(error),
         };

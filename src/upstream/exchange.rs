@@ -2,15 +2,17 @@
 //! the response header, relay the body chunk by chunk as it arrives.
 //!
 //! Every proxied request takes this path, whatever its size (pingora's own body replay stops
-//! at 64 KiB). Doing it here also puts the failure rules in one place: a dead pooled
-//! connection is retried once on a fresh one, timeouts are ours, a 429 can be handed back
-//! unrelayed so another target takes the request, and a stream cut after it started ends
-//! with an SSE error event.
+//! at 64 KiB). Doing it here also puts the failure rules in one place: a pooled connection
+//! the upstream closed is found out before the request goes on it, one that fails while the
+//! request is written is replaced by a fresh one (nothing can have been processed), an
+//! answer that comes before the whole request went out is relayed, timeouts are ours, a 429
+//! can be handed back unrelayed so another target takes the request, and a stream cut after
+//! it started (an SSE stream that ends inside an event included) ends with an SSE error
+//! event.
 
 use super::request::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
-    failure_of, read_failed, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome,
-    Reached,
+    failure_of, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome, Reached,
 };
 use super::Upstreams;
 use crate::catalog::Upstream;
@@ -21,10 +23,14 @@ use crate::transport::BufferedStream;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::protocols::Stream;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// What a request's exchanges measured, for the access log, metrics and `server-timing`.
 #[derive(Debug, Default)]
@@ -57,6 +63,21 @@ struct Early {
     reached: Reached,
 }
 
+/// Whether the upstream took the whole request before it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Request {
+    Whole,
+    /// It answered early (a 413 for a large body): the connection cannot be reused.
+    CutShort,
+}
+
+/// A response header and the connection it came on.
+struct Answer {
+    session: UpstreamSession,
+    response: Box<ResponseHeader>,
+    request: Request,
+}
+
 /// An attempt that did not produce a response header.
 enum NoAnswer {
     Early(Early),
@@ -86,7 +107,11 @@ pub(super) async fn exchange(
     // Time spent on the upstream counts as upstream time, failed attempts included.
     let ttfb = sent_at.elapsed();
     measured.upstream_wait += ttfb;
-    let (mut connection, response) = match answer {
+    let Answer {
+        session: mut connection,
+        response,
+        request,
+    } = match answer {
         Ok(answered) => answered,
         Err(NoAnswer::ClientGone(e)) => return Outcome::ClientGone(e),
         Err(NoAnswer::Early(Early { failure, reached })) => {
@@ -128,11 +153,16 @@ pub(super) async fn exchange(
         "gateway;dur={gateway_ms:.3}, upstream;dur={:.3}",
         ttfb.as_secs_f64() * 1000.0
     );
-    let Ok(mut to_client) = response_header(&response, call.response_headers) else {
-        return Outcome::Failed {
-            error: RequestError::UpstreamProtocolError,
-            reached: Reached::Maybe,
-        };
+    let mut to_client = match response_header(&response, call.response_headers) {
+        Ok(header) => header,
+        Err(invalid) => {
+            log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), invalid:? = invalid; "upstream response header refused");
+            connection.shutdown().await;
+            return Outcome::Failed {
+                error: RequestError::UpstreamProtocolError,
+                reached: Reached::Maybe,
+            };
+        }
     };
     to_client.insert_header("server-timing", timing).ok();
     if status == 500 {
@@ -152,7 +182,10 @@ pub(super) async fn exchange(
     if let Err(e) = session.write_response_body(None, true).await {
         return Outcome::ClientGone(e);
     }
-    release(upstreams, upstream, connection).await;
+    match request {
+        Request::Whole => release(upstreams, upstream, connection).await,
+        Request::CutShort => connection.shutdown().await,
+    }
     Outcome::Answered {
         status,
         retry_after,
@@ -186,7 +219,7 @@ async fn send(
     call: &Call<'_>,
     connection: Connection,
     first_byte_by: Instant,
-) -> Result<(UpstreamSession, Box<ResponseHeader>), NoAnswer> {
+) -> Result<Answer, NoAnswer> {
     let upstream = call.upstream;
     let peer = &upstream.peer;
     let connected = match connection {
@@ -195,7 +228,23 @@ async fn send(
             .new_stream(peer)
             .await
             .map(|s| (s, false)),
-        Connection::Pooled => upstreams.connector.get_stream(peer).await,
+        Connection::Pooled => match upstreams.connector.get_stream(peer).await {
+            // Closed by the upstream while it sat in the pool (llama.cpp's server closes
+            // after every stream while announcing keep-alive): found out before the
+            // request goes on it, so nothing is sent twice.
+            Ok((mut stream, true)) => {
+                if still_open(&mut stream).await {
+                    Ok((stream, true))
+                } else {
+                    upstreams
+                        .connector
+                        .new_stream(peer)
+                        .await
+                        .map(|s| (s, false))
+                }
+            }
+            other => other,
+        },
     };
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
@@ -219,6 +268,7 @@ async fn send(
     // Our own timeouts apply (first byte, idle gap, total), not a per-read one.
     upstream_session.read_timeout = None;
 
+    let read_before_request = coalesce.bytes_read();
     let sent = async {
         coalesce.hold();
         let header_written = upstream_session
@@ -235,13 +285,65 @@ async fn send(
     // Sending is bounded by the same deadline as the first byte: a stalled upstream that
     // stops reading must not hold the request forever.
     let deadline = tokio::time::Instant::from_std(first_byte_by);
-    match tokio::time::timeout_at(deadline, sent).await {
+    let request = match tokio::time::timeout_at(deadline, sent).await {
         Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
-        Ok(Err(e)) => return Err(failed(send_failed(connection, &e))),
-        Ok(Ok(_)) => {}
-    }
+        Ok(Err(e)) => {
+            // The upstream may have answered before taking the whole request (a 413 for a
+            // body over its limit) and closed: that answer is what the client gets. With no
+            // answer, the request cannot have been processed whole.
+            let early = read_header(session, &mut upstream_session, deadline).await;
+            return match early {
+                Ok(response) => Ok(Answer {
+                    session: upstream_session,
+                    response,
+                    request: Request::CutShort,
+                }),
+                Err(NoAnswer::ClientGone(gone)) => Err(NoAnswer::ClientGone(gone)),
+                Err(NoAnswer::Early(_)) if coalesce.bytes_read() == read_before_request => {
+                    Err(failed(send_failed(connection, &e)))
+                }
+                Err(early) => Err(early),
+            };
+        }
+        Ok(Ok(_)) => Request::Whole,
+    };
+    let response = read_header(session, &mut upstream_session, deadline).await?;
+    Ok(Answer {
+        session: upstream_session,
+        response,
+        request,
+    })
+}
 
-    let read_before_answer = coalesce.bytes_read();
+/// Whether a pooled connection can carry a request: not closed by the upstream while it
+/// sat idle, and with nothing unread on it. One poll, no waiting.
+async fn still_open(stream: &mut Stream) -> bool {
+    let mut probe = [0u8; 1];
+    let mut probe = ReadBuf::new(&mut probe);
+    std::future::poll_fn(|cx| {
+        Poll::Ready(
+            Pin::new(&mut *stream)
+                .poll_read(cx, &mut probe)
+                .is_pending(),
+        )
+    })
+    .await
+}
+
+/// Reads the response header (skipping interim answers) by `deadline`, while watching the
+/// client: if it leaves, the upstream connection is shut so the backend stops generating.
+/// A read that fails is never sent again: the upstream may have held the request.
+async fn read_header(
+    session: &mut Session,
+    upstream_session: &mut UpstreamSession,
+    deadline: tokio::time::Instant,
+) -> Result<Box<ResponseHeader>, NoAnswer> {
+    let failed = |error| {
+        NoAnswer::Early(Early {
+            failure: EarlyFailure::Failed(error),
+            reached: Reached::Maybe,
+        })
+    };
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout_at(deadline, upstream_session.read_response()) => read,
@@ -251,31 +353,21 @@ async fn send(
             }
         };
         match read {
-            Err(_elapsed) => {
-                return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout)))
-            }
-            Ok(Err(e)) => {
-                let answer_bytes = coalesce.bytes_read() - read_before_answer;
-                return Err(failed(read_failed(connection, answer_bytes, &e)));
-            }
+            Err(_elapsed) => return Err(failed(RequestError::UpstreamTimeout)),
+            Ok(Err(e)) => return Err(failed(failure_of(&e))),
             Ok(Ok(_)) => {}
         }
         let Some(response) = upstream_session.resp_header() else {
-            return Err(failed(EarlyFailure::Failed(
-                RequestError::UpstreamProtocolError,
-            )));
+            return Err(failed(RequestError::UpstreamProtocolError));
         };
         // Skip interim answers (100 Continue and the like); 101 is not something we asked for.
         if response.status.is_informational() {
             if response.status.as_u16() == 101 {
-                return Err(failed(EarlyFailure::Failed(
-                    RequestError::UpstreamProtocolError,
-                )));
+                return Err(failed(RequestError::UpstreamProtocolError));
             }
             continue;
         }
-        let response = Box::new(response.clone());
-        return Ok((upstream_session, response));
+        return Ok(Box::new(response.clone()));
     }
 }
 
@@ -288,7 +380,7 @@ async fn relay_body(
     deadline: Option<Instant>,
     measured: &mut Exchange,
 ) -> Result<(), Outcome> {
-    let mut tail = [b'\n'; 2];
+    let mut tail = EventTail::default();
     loop {
         let waited_from = Instant::now();
         let next_by =
@@ -303,6 +395,12 @@ async fn relay_body(
         measured.upstream_wait += waited_from.elapsed();
         let chunk = match read {
             Ok(Ok(Some(chunk))) => chunk,
+            // An event stream that stops inside an event was cut, whatever its framing said.
+            Ok(Ok(None)) if measured.event_stream && !tail.at_event_end() => {
+                log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
+                let error = RequestError::UpstreamUnavailable;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => {
                 log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
@@ -317,7 +415,7 @@ async fn relay_body(
         if chunk.is_empty() {
             continue;
         }
-        remember_tail(&mut tail, &chunk);
+        tail.remember(&chunk);
         measured.bytes_out += chunk.len();
         if let Err(e) = session.write_response_body(Some(chunk), false).await {
             return Err(Outcome::ClientGone(e));
@@ -325,11 +423,27 @@ async fn relay_body(
     }
 }
 
-fn remember_tail(tail: &mut [u8; 2], chunk: &[u8]) {
-    if chunk.len() >= 2 {
-        tail.copy_from_slice(&chunk[chunk.len() - 2..]);
-    } else {
-        *tail = [tail[1], chunk[0]];
+/// The last bytes relayed of a body, to tell whether an event stream stopped between events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EventTail([u8; 3]);
+
+impl Default for EventTail {
+    /// Nothing relayed yet counts as between events.
+    fn default() -> Self {
+        EventTail(*b"\n\n\n")
+    }
+}
+
+impl EventTail {
+    fn remember(&mut self, chunk: &[u8]) {
+        for &byte in chunk.iter().rev().take(3).rev() {
+            self.0 = [self.0[1], self.0[2], byte];
+        }
+    }
+
+    /// Whether the last line relayed was empty, which ends an event (LF, CR or CRLF lines).
+    fn at_event_end(&self) -> bool {
+        self.0.ends_with(b"\n\n") || self.0.ends_with(b"\r\r") || self.0 == *b"\n\r\n"
     }
 }
 
@@ -339,7 +453,7 @@ async fn end_cut_stream(
     session: &mut Session,
     measured: &mut Exchange,
     error: RequestError,
-    tail: [u8; 2],
+    tail: EventTail,
 ) -> Outcome {
     if !measured.event_stream {
         return Outcome::Cut {
@@ -349,7 +463,7 @@ async fn end_cut_stream(
     }
     let event = stream_error_event(&error);
     // Skip the separating blank line when the last event already ended cleanly.
-    let event = if tail == *b"\n\n" {
+    let event = if tail.at_event_end() {
         event.slice(2..)
     } else {
         event
@@ -364,4 +478,39 @@ async fn end_cut_stream(
         AfterCut::KeepAlive
     };
     Outcome::Cut { error, then }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventTail;
+
+    fn tail_of(chunks: &[&[u8]]) -> EventTail {
+        let mut tail = EventTail::default();
+        for chunk in chunks {
+            tail.remember(chunk);
+        }
+        tail
+    }
+
+    #[test]
+    fn an_event_stream_ends_cleanly_only_after_a_blank_line() {
+        assert!(tail_of(&[]).at_event_end(), "an empty body");
+        assert!(tail_of(&[b"data: a\n\n"]).at_event_end());
+        assert!(tail_of(&[b"data: a\r\n\r\n"]).at_event_end(), "CRLF lines");
+        assert!(tail_of(&[b"data: a\r\r"]).at_event_end(), "CR lines");
+        assert!(
+            tail_of(&[b"data: a\n", b"\n"]).at_event_end(),
+            "across chunks"
+        );
+        assert!(tail_of(&[b"data: a\r\n\r", b"\n"]).at_event_end());
+        assert!(
+            !tail_of(&[b"data: a\n\ndata: {\"ch"]).at_event_end(),
+            "inside an event"
+        );
+        assert!(
+            !tail_of(&[b"data: a\n"]).at_event_end(),
+            "a line but no blank line"
+        );
+        assert!(!tail_of(&[b"data: a\r\n"]).at_event_end());
+    }
 }

@@ -9,9 +9,10 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::Result;
 use std::time::Duration;
 
-/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the ones
-/// the gateway sets itself.
-const NOT_FORWARDED_UP: [&str; 12] = [
+/// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
+/// the ones the gateway sets itself, and the client's credentials in any of the headers
+/// clients put them in (a gateway key sent as `x-api-key` must not reach a third party).
+const NOT_FORWARDED_UP: [&str; 16] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -24,9 +25,16 @@ const NOT_FORWARDED_UP: [&str; 12] = [
     "host",
     "content-length",
     "authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-forwarded-for",
 ];
 
-const NOT_FORWARDED_DOWN: [&str; 7] = [
+/// Fields never passed back to the client: those that describe one connection, framing
+/// (the gateway sets its own), and what would act on the gateway's origin rather than the
+/// upstream's (cookies, alternative services, HSTS).
+const NOT_FORWARDED_DOWN: [&str; 12] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -34,6 +42,11 @@ const NOT_FORWARDED_DOWN: [&str; 7] = [
     "trailer",
     "upgrade",
     "te",
+    "content-length",
+    "transfer-encoding",
+    "set-cookie",
+    "alt-svc",
+    "strict-transport-security",
 ];
 
 /// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL.
@@ -44,13 +57,15 @@ pub fn upstream_path(upstream: &Upstream, route: &str, query: Option<&str>) -> S
     }
 }
 
-/// The request header sent upstream for a POST of `body_len` bytes.
+/// The request header sent upstream for a POST of `body_len` bytes. `client_address` is
+/// appended to the client's `X-Forwarded-For`.
 pub fn request_header(
     client: &RequestHeader,
     upstream: &Upstream,
     path: &str,
     request_id: &str,
     body_len: usize,
+    client_address: Option<&str>,
 ) -> Result<RequestHeader> {
     let mut header = RequestHeader::build(
         client.method.clone(),
@@ -71,6 +86,9 @@ pub fn request_header(
     header.insert_header(header::HOST, upstream.host_header.as_str())?;
     header.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
     header.insert_header("x-request-id", request_id)?;
+    if let Some(forwarded_for) = forwarded_for(client, client_address) {
+        header.insert_header("x-forwarded-for", forwarded_for)?;
+    }
     authorize(&mut header, upstream)?;
     Ok(header)
 }
@@ -84,6 +102,20 @@ pub fn check_header(upstream: &Upstream) -> Result<RequestHeader> {
     Ok(header)
 }
 
+/// The client's `X-Forwarded-For` chain with the address the gateway saw appended.
+fn forwarded_for(client: &RequestHeader, address: Option<&str>) -> Option<String> {
+    let chain: Vec<&str> = client
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .chain(address)
+        .collect();
+    (!chain.is_empty()).then(|| chain.join(", "))
+}
+
 /// Adds the upstream's credential, when it has one: the only place it is exposed.
 fn authorize(header: &mut RequestHeader, upstream: &Upstream) -> Result<()> {
     if let Some(credential) = &upstream.credential {
@@ -95,40 +127,104 @@ fn authorize(header: &mut RequestHeader, upstream: &Upstream) -> Result<()> {
     Ok(())
 }
 
-/// The response header passed to the client: the upstream's, minus connection-level fields
-/// (the upstream's `x-request-id` kept as `x-upstream-request-id`), plus the gateway's own
-/// `headers` (request ID, rate position, timing).
+/// Why an upstream's response header cannot be passed on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InvalidResponse {
+    /// The status is not one HTTP defines (100-599).
+    Status(u16),
+    /// `Content-Length` or `Transfer-Encoding` is malformed or contradictory.
+    Framing,
+}
+
+/// How an upstream framed its response body.
+#[derive(Debug, PartialEq, Eq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+    /// Neither: the body ends when the connection closes.
+    Close,
+}
+
+/// The upstream's body framing, if it is one a client can be given unambiguously: one
+/// `Transfer-Encoding: chunked`, or `Content-Length` values that all agree.
+fn framing(upstream: &ResponseHeader) -> Result<Framing, InvalidResponse> {
+    let mut codings = upstream.headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(coding) = codings.next() {
+        let chunked = coding
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked");
+        return if chunked && codings.next().is_none() {
+            Ok(Framing::Chunked)
+        } else {
+            Err(InvalidResponse::Framing)
+        };
+    }
+    let mut length = None;
+    for value in upstream.headers.get_all(header::CONTENT_LENGTH) {
+        let text = value.to_str().map_err(|_| InvalidResponse::Framing)?;
+        for part in text.split(',') {
+            let part = part.trim();
+            let valid = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+            let n: u64 = valid
+                .then(|| part.parse().ok())
+                .flatten()
+                .ok_or(InvalidResponse::Framing)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(InvalidResponse::Framing);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length.map_or(Framing::Close, Framing::Length))
+}
+
+/// The response header passed to the client: the upstream's status and end-to-end fields,
+/// with framing set by the gateway (a close-delimited body becomes chunked, so the client
+/// connection survives) and the upstream's `x-request-id` kept as `x-upstream-request-id`,
+/// plus the gateway's own `headers` (request ID, rate position, timing).
 pub fn response_header(
     upstream: &ResponseHeader,
     headers: &[(&'static str, String)],
-) -> Result<ResponseHeader> {
+) -> Result<ResponseHeader, InvalidResponse> {
+    let status = upstream.status.as_u16();
+    if !(100..=599).contains(&status) {
+        return Err(InvalidResponse::Status(status));
+    }
+    let framing = framing(upstream)?;
+    let built = |e: Box<pingora::Error>| {
+        log::debug!(target: "sluice::upstream", error:% = e; "response header not rebuilt");
+        InvalidResponse::Framing
+    };
     let mut header = ResponseHeader::build(
         upstream.status,
         Some(upstream.headers.len() + headers.len()),
-    )?;
+    )
+    .map_err(built)?;
     let named_by_connection = connection_tokens(upstream.headers.get_all(header::CONNECTION));
-    let mut framed = false;
     for (name, value) in upstream.headers.iter() {
         let lower = name.as_str();
         if NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.iter().any(|t| t == lower) {
             continue;
         }
-        if lower == "x-request-id" {
-            header.append_header(
-                HeaderName::from_static("x-upstream-request-id"),
-                value.clone(),
-            )?;
-            continue;
+        let name = if lower == "x-request-id" {
+            HeaderName::from_static("x-upstream-request-id")
+        } else {
+            name.clone()
+        };
+        header.append_header(name, value.clone()).map_err(built)?;
+    }
+    let bodiless = matches!(status, 204 | 304) || upstream.status.is_informational();
+    let framed = match framing {
+        Framing::Length(n) => header.insert_header(header::CONTENT_LENGTH, n.to_string()),
+        Framing::Chunked | Framing::Close if !bodiless => {
+            header.insert_header(header::TRANSFER_ENCODING, "chunked")
         }
-        framed |= lower == "content-length" || lower == "transfer-encoding";
-        header.append_header(name.clone(), value.clone())?;
-    }
-    if !framed && !matches!(upstream.status.as_u16(), 204 | 304) {
-        // A close-delimited upstream body becomes chunked, so the client connection survives.
-        header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
-    }
+        Framing::Chunked | Framing::Close => Ok(()),
+    };
+    framed.map_err(built)?;
     for (name, value) in headers {
-        header.insert_header(*name, value.as_str())?;
+        header.insert_header(*name, value.as_str()).map_err(built)?;
     }
     Ok(header)
 }
@@ -204,6 +300,11 @@ mod tests {
             ("x-request-id", "spoofed"),
             ("x-custom", "kept"),
             ("accept", "application/json"),
+            ("cookie", "session=abc"),
+            ("x-api-key", "sk-client"),
+            ("api-key", "sk-client"),
+            ("proxy-authorization", "Basic x"),
+            ("x-forwarded-for", "6.6.6.6"),
         ] {
             client.append_header(name, value).unwrap();
         }
@@ -213,6 +314,7 @@ mod tests {
             "/v1/chat/completions",
             "rid",
             42,
+            Some("127.0.0.9"),
         )
         .unwrap();
         let get = |n: &str| sent.headers.get(n).map(|v| v.to_str().unwrap().to_string());
@@ -224,11 +326,25 @@ mod tests {
         assert_eq!(get("content-length").as_deref(), Some("42"));
         assert_eq!(get("x-request-id").as_deref(), Some("rid"));
         assert_eq!(get("x-custom").as_deref(), Some("kept"));
-        for gone in ["connection", "x-private", "expect", "transfer-encoding"] {
+        for gone in [
+            "connection",
+            "x-private",
+            "expect",
+            "transfer-encoding",
+            "cookie",
+            "x-api-key",
+            "api-key",
+            "proxy-authorization",
+        ] {
             assert_eq!(get(gone), None, "{gone} is not forwarded");
         }
+        assert_eq!(
+            get("x-forwarded-for").as_deref(),
+            Some("6.6.6.6, 127.0.0.9"),
+            "the address the gateway saw is appended to the client's chain"
+        );
         let without_credential =
-            request_header(&client, &upstream(None), "/v1/x", "rid", 0).unwrap();
+            request_header(&client, &upstream(None), "/v1/x", "rid", 0, None).unwrap();
         assert!(
             without_credential.headers.get("authorization").is_none(),
             "the client's key never goes upstream"
@@ -249,6 +365,75 @@ mod tests {
         assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
         assert!(sent.headers.get("connection").is_none());
         assert!(is_event_stream(&sent));
+    }
+
+    fn from_upstream(status: u16, headers: &[(&str, &str)]) -> ResponseHeader {
+        let mut header = ResponseHeader::build(status, None).unwrap();
+        for (name, value) in headers {
+            header.append_header(name.to_string(), *value).unwrap();
+        }
+        header
+    }
+
+    #[test]
+    fn origin_scoped_fields_stay_behind_and_framing_is_the_gateways() {
+        let upstream = from_upstream(
+            200,
+            &[
+                ("set-cookie", "a=1"),
+                ("alt-svc", "h3=\":443\""),
+                ("strict-transport-security", "max-age=1"),
+                ("content-length", "5, 5"),
+                ("content-type", "application/json"),
+            ],
+        );
+        let sent = response_header(&upstream, &[]).unwrap();
+        for gone in ["set-cookie", "alt-svc", "strict-transport-security"] {
+            assert!(
+                sent.headers.get(gone).is_none(),
+                "{gone} is not passed back"
+            );
+        }
+        assert_eq!(
+            sent.headers.get("content-length").unwrap(),
+            "5",
+            "agreeing lengths collapse"
+        );
+        assert_eq!(
+            sent.headers.get("content-type").unwrap(),
+            "application/json"
+        );
+    }
+
+    #[test]
+    fn invalid_statuses_and_framing_are_refused() {
+        assert_eq!(
+            response_header(&from_upstream(999, &[]), &[]).unwrap_err(),
+            InvalidResponse::Status(999)
+        );
+        for framing in [
+            [("content-length", "5"), ("content-length", "6")],
+            [("content-length", "+5"), ("x-other", "1")],
+            [("transfer-encoding", "identity"), ("x-other", "1")],
+            [("transfer-encoding", "chunked, identity"), ("x-other", "1")],
+            [("transfer-encoding", "gzip"), ("content-length", "5")],
+        ] {
+            assert_eq!(
+                response_header(&from_upstream(200, &framing), &[]).unwrap_err(),
+                InvalidResponse::Framing,
+                "{framing:?} is refused"
+            );
+        }
+        let chunked = from_upstream(
+            200,
+            &[("transfer-encoding", "Chunked"), ("content-length", "9")],
+        );
+        let sent = response_header(&chunked, &[]).unwrap();
+        assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
+        assert!(
+            sent.headers.get("content-length").is_none(),
+            "chunked wins over a length"
+        );
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! to the upstream's health and whether the request goes out again.
 //!
 //! The rule they keep: a request is sent again only when it provably was not processed. No
-//! connection could be opened, a reused pooled connection turned out dead before one byte of
-//! answer, or the upstream answered 429 while another target was free. A 500, a timeout
-//! after the request was sent, a 401/403, or anything after the response started, never is.
+//! connection could be opened, a reused pooled connection failed while the request was
+//! being written (so the upstream never had all of it), or the upstream answered 429 while
+//! another target was free. Once the whole request went out, a failure to read the answer
+//! (a close, a reset, a timeout) is never resent: the upstream may have held it and worked
+//! on it. A 500, a 401/403, or anything after the response started, never is either.
 
 use super::health::HealthEffect;
 use crate::error::RequestError;
-use pingora::{Error, ErrorType, RetryType};
+use pingora::{Error, ErrorType};
 use std::time::Duration;
 
 /// Whether the upstream may have received the request.
@@ -121,34 +123,21 @@ pub enum Connection {
     Fresh,
 }
 
-/// A failed send or read before the response header: the attempt fails, or the connection
-/// was a dead pooled one and the request goes again at once on a fresh connection.
+/// A failed send before the response header: the attempt fails, or the connection was a
+/// dead pooled one and the request goes again at once on a fresh connection.
 #[derive(Debug, PartialEq, Eq)]
 pub enum EarlyFailure {
     DeadPooled,
     Failed(RequestError),
 }
 
-/// Writing the request failed.
+/// Writing the request failed, with no answer from the upstream: it never had the whole
+/// request. A pooled connection is taken for dead (closed while idle); on a fresh one the
+/// failure is the upstream's.
 pub fn send_failed(connection: Connection, error: &Error) -> EarlyFailure {
     match connection {
         Connection::Pooled => EarlyFailure::DeadPooled,
         Connection::Fresh => EarlyFailure::Failed(failure_of(error)),
-    }
-}
-
-/// Reading the response header failed. A pooled connection counts as dead only if not one
-/// byte of answer came and the error does not rule a retry out: after a partial answer the
-/// request may have been processed.
-pub fn read_failed(connection: Connection, answer_bytes: u64, error: &Error) -> EarlyFailure {
-    let dead = connection == Connection::Pooled
-        && answer_bytes == 0
-        && !matches!(error.retry, RetryType::Decided(false))
-        && error.etype() != &ErrorType::InvalidHTTPHeader;
-    if dead {
-        EarlyFailure::DeadPooled
-    } else {
-        EarlyFailure::Failed(failure_of(error))
     }
 }
 
@@ -255,38 +244,6 @@ mod tests {
             then: AfterCut::KeepAlive,
         };
         assert_eq!(verdict(&cut, true), (HealthEffect::Failure, Next::Return));
-    }
-
-    #[test]
-    fn a_stale_pooled_connection_is_dead_only_before_any_answer() {
-        // What pingora's HTTP/1 client reports when a reused connection was closed.
-        let mut reset = Error::new(ErrorType::ConnectionClosed);
-        reset.retry = RetryType::ReusedOnly;
-        assert_eq!(
-            read_failed(Connection::Pooled, 0, &reset),
-            EarlyFailure::DeadPooled
-        );
-        assert_eq!(
-            read_failed(Connection::Pooled, 10, &reset),
-            EarlyFailure::Failed(RequestError::UpstreamUnavailable),
-            "bytes already read: the request may have been processed"
-        );
-        assert_eq!(
-            read_failed(Connection::Fresh, 0, &reset),
-            EarlyFailure::Failed(RequestError::UpstreamUnavailable),
-            "a fresh connection is not stale"
-        );
-        let garbage = Error::new(ErrorType::InvalidHTTPHeader);
-        assert_eq!(
-            read_failed(Connection::Pooled, 0, &garbage),
-            EarlyFailure::Failed(RequestError::UpstreamProtocolError)
-        );
-        let mut final_error = Error::new(ErrorType::ConnectionClosed);
-        final_error.retry = RetryType::Decided(false);
-        assert_eq!(
-            read_failed(Connection::Pooled, 0, &final_error),
-            EarlyFailure::Failed(RequestError::UpstreamUnavailable)
-        );
     }
 
     #[test]

@@ -99,6 +99,11 @@ impl Conn {
             .expect("write to the gateway");
     }
 
+    /// Writes, reporting a failure (the gateway closed the connection) instead of panicking.
+    pub async fn try_write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.socket.write_all(bytes).await
+    }
+
     async fn fill(&mut self) -> bool {
         let mut chunk = vec![0u8; 1 << 16];
         match tokio::time::timeout(READ_LIMIT, self.socket.read(&mut chunk)).await {

@@ -47,6 +47,11 @@ pub enum Reply {
     Gated,
     /// The start of a response head, then the connection closes.
     PartialThenClose,
+    /// These bytes as they are, then the connection closes (a close-delimited body).
+    Raw(Vec<u8>),
+    /// These bytes as soon as the request head is read, then the connection closes without
+    /// reading the body (an upstream refusing a body over its limit).
+    EarlyAnswer(Vec<u8>),
 }
 
 impl Reply {
@@ -78,6 +83,31 @@ impl Reply {
                     close,
                 }
             }
+            other => other,
+        }
+    }
+
+    /// The same reply, with the connection closed after it (no `connection: close` said).
+    pub fn closing(self) -> Reply {
+        match self {
+            Reply::Json {
+                status,
+                headers,
+                body,
+                delay,
+                ..
+            } => Reply::Json {
+                status,
+                headers,
+                body,
+                delay,
+                close: true,
+            },
+            Reply::Sse { events, end, .. } => Reply::Sse {
+                events,
+                end,
+                close: true,
+            },
             other => other,
         }
     }
@@ -135,6 +165,8 @@ struct State {
     connections: AtomicUsize,
     /// Connections the gateway closed while the mock was still answering.
     abandoned: AtomicUsize,
+    /// Connections that ended (closed by either side).
+    closed: AtomicUsize,
     changed: Notify,
     gate: tokio::sync::watch::Sender<bool>,
 }
@@ -156,6 +188,7 @@ impl MockUpstream {
             requests: Mutex::default(),
             connections: AtomicUsize::default(),
             abandoned: AtomicUsize::default(),
+            closed: AtomicUsize::default(),
             changed: Notify::new(),
             gate: tokio::sync::watch::channel(false).0,
         });
@@ -163,7 +196,12 @@ impl MockUpstream {
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
                 let index = accept_state.connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve_connection(socket, index, Arc::clone(&accept_state)));
+                let state = Arc::clone(&accept_state);
+                tokio::spawn(async move {
+                    serve_connection(socket, index, Arc::clone(&state)).await;
+                    state.closed.fetch_add(1, Ordering::SeqCst);
+                    state.changed.notify_waiters();
+                });
             }
         });
         MockUpstream { addr, state }
@@ -197,6 +235,11 @@ impl MockUpstream {
         self.state.connections.load(Ordering::SeqCst)
     }
 
+    /// Connections that have ended.
+    pub fn closed(&self) -> usize {
+        self.state.closed.load(Ordering::SeqCst)
+    }
+
     pub fn abandoned(&self) -> usize {
         self.state.abandoned.load(Ordering::SeqCst)
     }
@@ -225,7 +268,23 @@ impl MockUpstream {
 async fn serve_connection(mut socket: TcpStream, index: usize, state: Arc<State>) {
     let mut buffer = Vec::new();
     loop {
-        let Some(request) = read_request(&mut socket, &mut buffer, index).await else {
+        let Some(head) = read_head(&mut socket, &mut buffer, index).await else {
+            return;
+        };
+        let early = {
+            let mut queue = state.queue.lock().unwrap();
+            match queue.front() {
+                Some(Reply::EarlyAnswer(_)) => queue.pop_front(),
+                _ => None,
+            }
+        };
+        if let Some(Reply::EarlyAnswer(bytes)) = early {
+            state.requests.lock().unwrap().push(head.0);
+            state.changed.notify_waiters();
+            let _ = socket.write_all(&bytes).await;
+            return;
+        }
+        let Some(request) = read_body(&mut socket, &mut buffer, head).await else {
             return;
         };
         state.requests.lock().unwrap().push(request);
@@ -310,6 +369,10 @@ async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
             let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-").await;
             false
         }
+        Reply::Raw(bytes) | Reply::EarlyAnswer(bytes) => {
+            let _ = socket.write_all(&bytes).await;
+            false
+        }
         Reply::Gated => {
             let mut gate = state.gate.subscribe();
             let _ = gate.wait_for(|open| *open).await;
@@ -335,11 +398,14 @@ async fn wait_or_closed(socket: &mut TcpStream, delay: Duration) -> bool {
     }
 }
 
-async fn read_request(
+/// A request head read off the connection (its body not yet) and the body's length.
+struct Head(Recorded, usize);
+
+async fn read_head(
     socket: &mut TcpStream,
     buffer: &mut Vec<u8>,
     connection: usize,
-) -> Option<Recorded> {
+) -> Option<Head> {
     let head_end = loop {
         if let Some(end) = find(buffer, b"\r\n\r\n") {
             break end + 4;
@@ -372,6 +438,20 @@ async fn read_request(
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     buffer.drain(..head_end);
+    Some(Head(
+        Recorded {
+            method,
+            path,
+            headers,
+            body: Vec::new(),
+            connection,
+        },
+        length,
+    ))
+}
+
+async fn read_body(socket: &mut TcpStream, buffer: &mut Vec<u8>, head: Head) -> Option<Recorded> {
+    let Head(mut request, length) = head;
     while buffer.len() < length {
         let mut chunk = vec![0u8; 1 << 20];
         let n = socket.read(&mut chunk).await.ok()?;
@@ -380,14 +460,8 @@ async fn read_request(
         }
         buffer.extend_from_slice(&chunk[..n]);
     }
-    let body: Vec<u8> = buffer.drain(..length).collect();
-    Some(Recorded {
-        method,
-        path,
-        headers,
-        body,
-        connection,
-    })
+    request.body = buffer.drain(..length).collect();
+    Some(request)
 }
 
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
