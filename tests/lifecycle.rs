@@ -142,3 +142,38 @@ async fn sigterm_with_nothing_in_flight_exits_immediately() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_stuck_on_its_keys_file_does_not_hold_up_shutdown() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("fifo-keys");
+    let path = write_config(&dir, &mock.url(), "watch_interval: 1h\nshutdown_grace: 60s");
+    // The keys move to a keys file, which is then replaced by a FIFO: a read of it would
+    // block, as a hung mount does.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (main, keys) = text.split_once("keys:\n").unwrap();
+    std::fs::write(&path, format!("keys_file: keys.yaml\n{main}")).unwrap();
+    let keys_path = dir.join("keys.yaml");
+    std::fs::write(&keys_path, format!("keys:\n{keys}")).unwrap();
+    let process = GatewayProcess::start(&path, &[]);
+    assert_eq!(
+        chat(process.addr, ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    std::fs::remove_file(&keys_path).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&keys_path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    process.signal("HUP");
+    let (code, _, stderr) = process.stop();
+    assert_eq!(code, Some(0), "exits after SIGTERM: {stderr}");
+    assert!(
+        stderr.contains("not a regular file"),
+        "the reload is refused with a reason: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

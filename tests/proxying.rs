@@ -372,3 +372,110 @@ async fn a_reused_connection_that_dies_after_part_of_an_answer_is_not_resent() {
         "part of an answer came back: the request may have been processed"
     );
 }
+
+#[tokio::test]
+async fn client_credentials_stay_behind_and_the_client_address_is_appended() {
+    let (mock, gw) = gateway().await;
+    let auth = format!("Bearer {ALPHA}");
+    let response = send(
+        gw.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+            ("x-api-key", ALPHA),
+            ("api-key", ALPHA),
+            ("cookie", "session=abc"),
+            ("x-forwarded-for", "6.6.6.6"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let request = &mock.requests()[0];
+    for gone in ["x-api-key", "api-key", "cookie"] {
+        assert_eq!(
+            request.header(gone),
+            None,
+            "{gone} never reaches the upstream"
+        );
+    }
+    assert_eq!(
+        request.header("x-forwarded-for"),
+        Some("6.6.6.6, 127.0.0.1")
+    );
+}
+
+#[tokio::test]
+async fn origin_scoped_upstream_headers_stay_behind() {
+    let (mock, gw) = gateway().await;
+    mock.push(Reply::Raw(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: a=1\r\n\
+          alt-svc: h3=\":443\"\r\nstrict-transport-security: max-age=9\r\n\
+          content-length: 2, 2\r\n\r\n{}"
+            .to_vec(),
+    ));
+    let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.text(), "{}");
+    for gone in ["set-cookie", "alt-svc", "strict-transport-security"] {
+        assert_eq!(
+            response.header(gone),
+            None,
+            "{gone} is not passed to the client"
+        );
+    }
+    assert_eq!(
+        response.header("content-length"),
+        Some("2"),
+        "framing is the gateway's"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_status_or_framing_is_a_protocol_error() {
+    let (mock, gw) = gateway().await;
+    for answer in [
+        &b"HTTP/1.1 999 Odd\r\ncontent-length: 2\r\n\r\n{}"[..],
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}"[..],
+        &b"HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\n{}"[..],
+    ] {
+        mock.push(Reply::Raw(answer.to_vec()));
+        let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+        let (status, _, code, _) = response.error();
+        assert_eq!(
+            (status, code.as_str()),
+            (502, "upstream_protocol_error"),
+            "{}",
+            String::from_utf8_lossy(answer)
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_answer_sent_before_the_whole_body_is_relayed() {
+    let (mock, gw) = gateway().await;
+    let refusal = b"HTTP/1.1 413 Payload Too Large\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{\"error\":\"large\"}";
+    let prompt = "x".repeat(6 << 20);
+    let body =
+        format!(r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
+    for _ in 0..6 {
+        mock.push(Reply::EarlyAnswer(refusal.to_vec()));
+        let response = chat(gw.addr(), ALPHA, &body).await;
+        assert_eq!(
+            response.status,
+            413,
+            "the upstream's own answer: {}",
+            response.text()
+        );
+        assert_eq!(response.text(), r#"{"error":"large"}"#);
+    }
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200,
+        "refusing a body is not a health failure: the upstream is still in service"
+    );
+}

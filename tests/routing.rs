@@ -364,3 +364,58 @@ async fn an_active_check_brings_an_ejected_upstream_back() {
     assert_eq!(status, 200, "served again without waiting out the hour");
     assert!(gw.metric(r#"sluice_upstream_health_checks_total{result="pass",upstream="a"}"#) >= 1.0);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_the_queue_gives_its_place_back() {
+    let a = MockUpstream::start().await;
+    let policy = "    max_concurrent: 1\n    max_queue: 2\n    queue_timeout: 10s";
+    let gw = TestGateway::start(&two_targets(&a.url(), &dead_url(), policy)).await;
+    a.push(Reply::Gated);
+    let addr = gw.addr();
+    let holder = tokio::spawn(async move { chat(addr, ALPHA, &chat_body("solo")).await });
+    a.wait_until("the holder upstream", |m| m.requests().len() == 1)
+        .await;
+    // Two clients queue, then leave.
+    let auth = format!("Bearer {ALPHA}");
+    let request = request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        chat_body("solo").as_bytes(),
+    );
+    let mut ghosts = Vec::new();
+    for _ in 0..2 {
+        let mut conn = Conn::open(addr).await;
+        conn.write(&request).await;
+        ghosts.push(conn);
+    }
+    let queued = tokio::time::timeout(Duration::from_secs(10), async {
+        while gw.gateway().upstreams.waiting("a") < 2 {
+            tokio::task::yield_now().await;
+        }
+    });
+    assert!(queued.await.is_ok(), "both clients queue");
+    drop(ghosts);
+    let emptied = tokio::time::timeout(Duration::from_secs(10), async {
+        while gw.gateway().upstreams.waiting("a") > 0 {
+            tokio::task::yield_now().await;
+        }
+    });
+    assert!(
+        emptied.await.is_ok(),
+        "clients that left are out of the queue"
+    );
+    // A new client finds room in the queue, not 503 upstream_saturated.
+    let late = tokio::spawn(async move { chat(addr, ALPHA, &chat_body("solo")).await });
+    a.open_gate();
+    assert_eq!(holder.await.unwrap().status, 200);
+    assert_eq!(late.await.unwrap().status, 200, "the new client is served");
+    assert_eq!(
+        a.requests().len(),
+        2,
+        "nothing is sent upstream for the clients that left"
+    );
+}

@@ -144,3 +144,40 @@ async fn a_stalled_stream_ends_with_a_timeout_event_after_idle_timeout() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_close_delimited_stream_that_stops_inside_an_event_is_a_cut_stream() {
+    let (mock, gw) = gateway().await;
+    // No length, no chunks: the end of the connection ends the body. It ends halfway
+    // through the second event.
+    mock.push(Reply::Raw(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+          data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+          data: {\"choices\":[{\"ind"
+            .to_vec(),
+    ));
+    let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
+    let events = stream.rest().await;
+    let last: serde_json::Value = serde_json::from_str(events.last().expect("events"))
+        .unwrap_or_else(|e| panic!("the last event is the gateway's JSON error ({e}): {events:?}"));
+    assert_eq!(
+        last["error"]["code"], "upstream_unavailable",
+        "a client never takes the cut stream for a finished one: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_close_delimited_stream_that_ends_between_events_is_finished() {
+    let (mock, gw) = gateway().await;
+    mock.push(Reply::Raw(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+          data: {\"choices\":[]}\n\ndata: [DONE]\n\n"
+            .to_vec(),
+    ));
+    let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
+    let events = stream.rest().await;
+    assert_eq!(
+        events,
+        vec![r#"{"choices":[]}"#.to_string(), "[DONE]".into()]
+    );
+}
