@@ -103,27 +103,37 @@ fn key_prints_a_key_and_its_matching_hash_line() {
     );
 }
 
-/// A port that was free a moment ago (the demo's echo backend needs a known port).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     let dir = temp_dir("demo");
-    let echo_port = free_port();
-    let yaml = std::fs::read_to_string(shipped_config())
-        .unwrap()
+    let shipped = std::fs::read_to_string(shipped_config()).unwrap();
+    let echo_url = "url: http://127.0.0.1:9901/v1";
+    assert!(
+        shipped.contains("listen: 127.0.0.1:9901") && shipped.contains(echo_url),
+        "the demo runs the echo backend on 9901 and proxies to it"
+    );
+    // Every listener on port 0, the echo backend's too; the `echo` upstream still names
+    // 9901 until the gateway has said which port the backend got.
+    let yaml = shipped
         .replace("127.0.0.1:8080", "127.0.0.1:0")
         .replace("127.0.0.1:9090", "127.0.0.1:0")
-        .replace("127.0.0.1:9901", &format!("127.0.0.1:{echo_port}"));
+        .replace("listen: 127.0.0.1:9901", "listen: 127.0.0.1:0");
     let path = dir.join("gateway.yaml");
-    std::fs::write(&path, yaml).unwrap();
+    std::fs::write(&path, &yaml).unwrap();
     let process = GatewayProcess::start(&path, &[]);
+    let echo = process
+        .echo
+        .expect("the listening line names the echo backend's address");
+    // Renamed over the file, so the watcher never reads half of it.
+    let pointed = dir.join("gateway.yaml.tmp");
+    std::fs::write(
+        &pointed,
+        yaml.replace(echo_url, &format!("url: http://{echo}/v1")),
+    )
+    .unwrap();
+    std::fs::rename(&pointed, &path).unwrap();
+    process.signal("HUP");
+    process.log_record("configuration reloaded").await;
     let demo_key = "sk-sluice-demo";
     let body = r#"{"model":"echo","messages":[{"role":"user","content":"hello through sluice"}]}"#;
     let answer = chat(process.addr, demo_key, body).await;
@@ -139,7 +149,11 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     )
     .await;
     let events = stream.rest().await;
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "the stream ends with [DONE]: {events:?}"
+    );
     let text: String = events[..events.len() - 1]
         .iter()
         .map(|e| {
@@ -149,11 +163,11 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
                 .to_string()
         })
         .collect();
-    assert_eq!(text, "hello through sluice");
+    assert_eq!(text, "hello through sluice", "the stream echoes the prompt");
     let models = get(process.addr, "/v1/models", Some(demo_key)).await.json();
-    assert_eq!(models["data"][0]["id"], "echo");
-    let (code, stdout, _) = process.stop();
-    assert_eq!(code, Some(0));
+    assert_eq!(models["data"][0]["id"], "echo", "the demo lists its model");
+    let (code, stdout, stderr) = process.stop();
+    assert_eq!(code, Some(0), "a clean exit: {stderr}");
     assert_eq!(stdout.lines().count(), 3, "three access log lines");
     let _ = std::fs::remove_dir_all(dir);
 }

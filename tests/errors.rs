@@ -461,7 +461,9 @@ async fn a_huge_upstream_retry_after_does_not_crash_the_request() {
     );
 }
 
-#[tokio::test]
+/// On paused tokio time: the gateway's body deadline is a tokio timer, so the trickle and
+/// the deadline share a virtual clock and no real second passes.
+#[tokio::test(start_paused = true)]
 async fn a_client_that_trickles_its_body_is_cut_off_at_client_timeout() {
     let mock = MockUpstream::start().await;
     let gw = TestGateway::start(&config_with(&mock.url(), "client_timeout: 1s")).await;
@@ -469,20 +471,31 @@ async fn a_client_that_trickles_its_body_is_cut_off_at_client_timeout() {
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ALPHA}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
     );
+    let started = tokio::time::Instant::now();
     conn.write(head.as_bytes()).await;
-    let started = std::time::Instant::now();
-    for _ in 0..3 {
+    // A byte at 0, 400 and 800 ms: no read waits as long as client_timeout, so only the
+    // deadline on the whole body (1 s) can end this before 1.8 s.
+    for byte in 0..3 {
+        if byte > 0 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
         conn.write(b"{").await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
     }
     assert!(
         conn.closed_by_peer().await,
         "the gateway gives up on the body"
     );
+    let cut_after = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "within about client_timeout"
+        cut_after >= Duration::from_secs(1),
+        "not before client_timeout: cut after {cut_after:?}"
     );
+    assert!(
+        cut_after < Duration::from_millis(1500),
+        "at client_timeout for the whole body, though a byte came every 400 ms: cut after {cut_after:?}"
+    );
+    // The access log is written by a thread on the real clock.
+    tokio::time::resume();
     gw.log_lines(1).await;
     assert_eq!(
         gw.gateway().limiter.gateway_in_flight(),

@@ -5,6 +5,27 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
+/// Runs `probe` until `done` holds, yielding between tries, and returns what it gave; panics
+/// after 5 s. Only for a state change of the process that follows an event the test has
+/// already seen, a scheduling step later, with no event of its own.
+async fn soon<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut, done: impl Fn(&T) -> bool) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let tries = async {
+        loop {
+            let seen = probe().await;
+            if done(&seen) {
+                return seen;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), tries)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 5 s"))
+}
+
 fn write_config(dir: &std::path::Path, upstream: &str, extra: &str) -> std::path::PathBuf {
     let path = dir.join("gateway.yaml");
     let text = config_with(upstream, extra).replace("    api_key_env: TEST_UPSTREAM_KEY\n", "");
@@ -36,28 +57,25 @@ async fn sighup_reloads_the_configuration() {
         "not before the signal"
     );
     process.signal("HUP");
-    let started = Instant::now();
-    loop {
-        if chat(process.addr, ALPHA, &chat_body("after-hup"))
-            .await
-            .status
-            == 200
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "SIGHUP reloads within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (code, _, stderr) = process.stop();
-    assert_eq!(code, Some(0));
-    assert!(stderr.contains("configuration reloaded"), "{stderr}");
-    assert!(
-        stderr.contains("\"trigger\":\"Signal\""),
-        "the log names the trigger: {stderr}"
+    // The reload announces itself once the new catalog is in force.
+    let reloaded = process.log_record("configuration reloaded").await;
+    assert_eq!(
+        reloaded["trigger"], "Signal",
+        "the log names the trigger: {reloaded}"
     );
+    assert_eq!(
+        reloaded["generation"], "2",
+        "one reload, the second catalog: {reloaded}"
+    );
+    assert_eq!(
+        chat(process.addr, ALPHA, &chat_body("after-hup"))
+            .await
+            .status,
+        200,
+        "the new model is served once the reload is logged"
+    );
+    let (code, _, stderr) = process.stop();
+    assert_eq!(code, Some(0), "a clean exit: {stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -74,14 +92,20 @@ async fn sigterm_lets_a_stream_in_flight_finish_then_exits_at_once() {
     stream.next_event().await.expect("the stream has started");
 
     process.signal("TERM");
-    let ready = loop {
-        // The admin listener stays up during the drain and says so.
-        let readiness = get(process.admin, "/readyz", None).await;
-        if readiness.status != 200 {
-            break readiness;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let draining = process.log_record("draining").await;
+    assert_eq!(
+        draining["in_flight"], "1",
+        "the drain starts with the stream in flight: {draining}"
+    );
+    // `draining` is logged just before the drain begins: `/readyz` turns and the client
+    // listener closes a scheduling step after the line, and neither has an event of its
+    // own, so each is looked at again (no sleep) until it shows, within a bound.
+    let ready = soon(
+        "/readyz turns from 200 once draining is logged",
+        || get(process.admin, "/readyz", None),
+        |readiness| readiness.status != 200,
+    )
+    .await;
     assert_eq!(
         ready.status,
         503,
@@ -89,16 +113,19 @@ async fn sigterm_lets_a_stream_in_flight_finish_then_exits_at_once() {
         ready.text(),
         process.stderr()
     );
-    assert_eq!(ready.json()["status"], "draining");
-    // Readiness turns first; the listener closes a scheduling step later.
-    let closing_by = Instant::now() + Duration::from_secs(5);
-    while tokio::net::TcpStream::connect(process.addr).await.is_ok() {
-        assert!(
-            Instant::now() < closing_by,
-            "the client listener stops accepting"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert_eq!(
+        ready.json()["status"],
+        "draining",
+        "/readyz says why: {}",
+        ready.text()
+    );
+    soon(
+        "the client listener stops accepting once draining is logged",
+        || tokio::net::TcpStream::connect(process.addr),
+        |connected| connected.is_err(),
+    )
+    .await
+    .expect_err("connections are refused while draining");
     let rest = stream.rest().await;
     assert_eq!(rest.len(), 8, "the stream in flight completes: {rest:?}");
     assert_eq!(rest.last().map(String::as_str), Some("[DONE]"));
@@ -133,8 +160,8 @@ async fn sigterm_with_nothing_in_flight_exits_immediately() {
         200
     );
     let started = Instant::now();
-    let (code, _, _) = process.stop();
-    assert_eq!(code, Some(0));
+    let (code, _, stderr) = process.stop();
+    assert_eq!(code, Some(0), "a clean exit: {stderr}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "no fixed grace sleep: {:?}",

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use sluice::upstream::Availability;
 use std::time::Duration;
 
 /// Two upstreams `a` and `b` serving `duo`, plus `solo` on `a` alone.
@@ -287,15 +288,12 @@ async fn a_queued_request_goes_when_a_slot_frees() {
     a.wait_until("the first request upstream", |m| m.requests().len() == 1)
         .await;
     let second = tokio::spawn(async move { chat(addr, ALPHA, &chat_body("solo")).await });
-    // Let the second request reach the queue before the first one finishes.
-    let queued_by = std::time::Instant::now() + Duration::from_secs(10);
-    while gw.gateway().upstreams.waiting("a") < 1 {
-        assert!(
-            std::time::Instant::now() < queued_by,
-            "the second request queues"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The second request must reach the queue before the first one finishes. Its
+    // arrival there has no event: the gate's counter is looked at between yields.
+    gw.until("the second request queues behind the first", |g| {
+        g.upstreams.waiting("a") >= 1
+    })
+    .await;
     a.open_gate();
     assert_eq!(first.await.unwrap().status, 200);
     assert_eq!(
@@ -353,15 +351,17 @@ async fn an_active_check_brings_an_ejected_upstream_back() {
             .any(|r| r.method == "GET" && r.path == "/v1/models")
     })
     .await;
-    let mut status = 0;
-    for _ in 0..200 {
-        status = chat(gw.addr(), ALPHA, &chat_body("solo")).await.status;
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(status, 200, "served again without waiting out the hour");
+    // The mock saw the check before it answered; its verdict is recorded when the answer is
+    // read, with no event: the upstream's availability is looked at between yields.
+    gw.until("a passing check ends the hour-long ejection", |g| {
+        g.upstreams.availability("a") == Availability::Available
+    })
+    .await;
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("solo")).await.status,
+        200,
+        "served again without waiting out the hour"
+    );
     assert!(gw.metric(r#"sluice_upstream_health_checks_total{result="pass",upstream="a"}"#) >= 1.0);
 }
 

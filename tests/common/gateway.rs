@@ -92,6 +92,51 @@ impl Clock for ManualClock {
     }
 }
 
+/// Wakes [`until_logged`] at each record the gateway logs (`sluice` targets) in this test
+/// process. Records are not kept: the tests of one binary share the logger, so a record is
+/// only a reason for each waiting test to look at its own gateway again.
+struct LogWakeUp;
+
+static LOGGED: Notify = Notify::const_new();
+
+impl log::Log for LogWakeUp {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        let target = metadata.target();
+        target == "sluice" || target.starts_with("sluice::")
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            LOGGED.notify_waiters();
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Waits until `holds` is true: tried once, then again after each record the gateway logs
+/// (a state change that logs, such as a reload, does so once it took effect). Unbounded:
+/// the caller puts a timeout around it.
+pub async fn until_logged<F, Fut>(mut holds: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    // The first call installs it; the later ones find it there.
+    if log::set_logger(&LogWakeUp).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+    loop {
+        let logged = LOGGED.notified();
+        tokio::pin!(logged);
+        logged.as_mut().enable();
+        if holds().await {
+            return;
+        }
+        logged.await;
+    }
+}
+
 /// Captured access log lines, with a wake-up for each write.
 #[derive(Clone, Default)]
 pub struct SharedLog {
@@ -198,6 +243,20 @@ impl TestGateway {
 
     pub fn gateway(&self) -> &Gateway {
         &self.running.gateway
+    }
+
+    /// Waits until `holds` is true of the gateway's state, yielding between looks; panics
+    /// after 10 s. Only for state with no event to wait on (a request reaching an upstream's
+    /// queue, an active check's verdict): the gateway's tasks run on the test's runtime, so
+    /// each yield lets them move on, and no time is slept.
+    pub async fn until(&self, what: &str, holds: impl Fn(&Gateway) -> bool) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while !holds(self.gateway()) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "{what}: not within 10 s");
     }
 
     /// Waits until the access log has at least `count` lines, then returns them all.

@@ -7,6 +7,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How long the process gets for anything it announces: a log record, its exit.
+const PROCESS_WAIT: Duration = Duration::from_secs(30);
 
 /// A fresh folder under the system temp dir for one test.
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -20,11 +24,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 pub struct GatewayProcess {
-    child: Child,
+    /// Taken by [`GatewayProcess::stop`], which waits for the exit on a thread of its own.
+    child: Option<Child>,
+    pid: u32,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The built-in echo backend's address, when the configuration runs it.
+    pub echo: Option<SocketAddr>,
     stdout: Arc<Mutex<Vec<u8>>>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// Wakes waiters at every line written to stderr (the diagnostic log).
+    logged: Arc<Notify>,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -58,6 +68,8 @@ impl GatewayProcess {
         });
         let err_pipe = child.stderr.take().unwrap();
         let err_buf = Arc::clone(&stderr);
+        let logged = Arc::new(Notify::new());
+        let err_logged = Arc::clone(&logged);
         let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
                 if line.contains("\"message\":\"listening\"") {
@@ -66,9 +78,11 @@ impl GatewayProcess {
                 let mut buf = err_buf.lock().unwrap();
                 buf.extend_from_slice(line.as_bytes());
                 buf.push(b'\n');
+                drop(buf);
+                err_logged.notify_waiters();
             }
         });
-        let line = match ready_rx.recv_timeout(Duration::from_secs(30)) {
+        let line = match ready_rx.recv_timeout(PROCESS_WAIT) {
             Ok(line) => line,
             Err(_) => {
                 let _ = child.kill();
@@ -81,42 +95,96 @@ impl GatewayProcess {
         let record: serde_json::Value = serde_json::from_str(&line).unwrap();
         let addr = record["listen"].as_str().unwrap().parse().unwrap();
         let admin = record["admin_listen"].as_str().unwrap().parse().unwrap();
+        let echo = record["echo_upstream"]
+            .as_str()
+            .filter(|a| *a != "none")
+            .map(|a| a.parse().expect("the echo backend's address"));
+        let pid = child.id();
         GatewayProcess {
-            child,
+            child: Some(child),
+            pid,
             addr,
             admin,
+            echo,
             stdout,
             stderr,
+            logged,
             readers: vec![out_reader, err_reader],
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid
     }
 
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
+            .arg(self.pid.to_string())
             .status()
             .unwrap();
         assert!(status.success(), "kill -{name}");
     }
 
+    /// The diagnostic log (stderr) so far, as JSON records; lines that are not JSON are
+    /// left out.
+    pub fn log_records(&self) -> Vec<serde_json::Value> {
+        self.stderr()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits for the first diagnostic log record whose `message` is `message` (the process
+    /// announces its state changes this way: `configuration reloaded`, `draining`) and
+    /// returns it. Panics if none is written within 30 s.
+    pub async fn log_record(&self, message: &str) -> serde_json::Value {
+        let waited = tokio::time::timeout(PROCESS_WAIT, async {
+            loop {
+                let logged = self.logged.notified();
+                tokio::pin!(logged);
+                logged.as_mut().enable();
+                if let Some(record) = self
+                    .log_records()
+                    .into_iter()
+                    .find(|r| r["message"] == message)
+                {
+                    return record;
+                }
+                logged.await;
+            }
+        })
+        .await;
+        waited.unwrap_or_else(|_| {
+            panic!(
+                "sluice logs `{message}` within {PROCESS_WAIT:?}; stderr:\n{}",
+                self.stderr()
+            )
+        })
+    }
+
     /// SIGTERM, then wait (bounded) for the exit; returns the exit code and all output.
     pub fn stop(mut self) -> (Option<i32>, String, String) {
         self.signal("TERM");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
+        // `wait` on a thread of its own: the exit is the event, bounded by `recv_timeout`.
+        let mut child = self.child.take().expect("the process is running");
+        let (exited_tx, exited) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = exited_tx.send(child.wait());
+        });
+        let status = match exited.recv_timeout(PROCESS_WAIT) {
+            Ok(status) => status.expect("wait for sluice"),
+            Err(_) => {
+                // Best effort (the waiting thread reaps it); the panic says what went wrong.
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(self.pid.to_string())
+                    .status();
+                panic!(
+                    "sluice exits within {PROCESS_WAIT:?} of SIGTERM; stderr:\n{}",
+                    self.stderr()
+                );
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "sluice did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
         };
         for reader in self.readers.drain(..) {
             let _ = reader.join();
@@ -138,6 +206,9 @@ impl GatewayProcess {
 
 impl Drop for GatewayProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
