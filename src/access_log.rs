@@ -35,6 +35,14 @@ pub struct AccessRecord<'a> {
     pub retry_after_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since_previous_ms: Option<f64>,
+    /// An upstream's own error answer (a 4xx or 5xx passed on): its status, its error code
+    /// and its request id (its message is `error_message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_error_code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_request_id: Option<&'a str>,
 }
 
 /// How often the background writer writes what requests logged.

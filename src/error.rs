@@ -48,6 +48,8 @@ pub enum RequestError {
     },
     Internal,
     UpstreamUnavailable,
+    /// The upstream closed the connection before its answer was complete (it was reached).
+    UpstreamClosed,
     UpstreamAuthFailed,
     UpstreamProtocolError,
     NoHealthyUpstream {
@@ -81,7 +83,9 @@ impl RequestError {
             UnsupportedMediaType => 415,
             RateLimited { .. } | ConcurrencyLimited { .. } => 429,
             Internal => 500,
-            UpstreamUnavailable | UpstreamAuthFailed | UpstreamProtocolError => 502,
+            UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
+                502
+            }
             NoHealthyUpstream { .. } | UpstreamSaturated { .. } | Overloaded { .. } => 503,
             UpstreamTimeout => 504,
         }
@@ -95,6 +99,7 @@ impl RequestError {
             RateLimited { .. } | ConcurrencyLimited { .. } => "rate_limit_error",
             Internal | Overloaded { .. } => "server_error",
             UpstreamUnavailable
+            | UpstreamClosed
             | UpstreamAuthFailed
             | UpstreamProtocolError
             | NoHealthyUpstream { .. }
@@ -122,7 +127,7 @@ impl RequestError {
             CapabilityNotSupported { .. } => "capability_not_supported",
             ModelNotFound { .. } => "model_not_found",
             Internal => "internal_error",
-            UpstreamUnavailable => "upstream_unavailable",
+            UpstreamUnavailable | UpstreamClosed => "upstream_unavailable",
             UpstreamAuthFailed => "upstream_auth_failed",
             UpstreamProtocolError => "upstream_protocol_error",
             NoHealthyUpstream { .. } => "no_healthy_upstream",
@@ -198,6 +203,9 @@ impl RequestError {
             ),
             Internal => "The gateway failed to handle the request. Report the x-request-id.".into(),
             UpstreamUnavailable => "The model's backend could not be reached.".into(),
+            UpstreamClosed => "The model's backend closed the connection before its answer \
+                was complete."
+                .into(),
             UpstreamAuthFailed => "The model's backend refused the gateway's credential; \
                 this is a gateway configuration problem, not your API key."
                 .into(),

@@ -28,6 +28,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(catalog: Catalog, clock: Arc<dyn Clock>, access_log: AccessLog) -> Self {
         let metrics = Metrics::new();
+        declare_series(&metrics, &catalog);
         metrics.config_generation.set(catalog.generation as i64);
         metrics.config_last_success.set(unix_seconds());
         Gateway {
@@ -51,6 +52,7 @@ impl Gateway {
             .config_generation
             .set(catalog.generation as i64);
         self.metrics.config_last_success.set(unix_seconds());
+        declare_series(&self.metrics, &catalog);
         let catalog = Arc::new(catalog);
         self.catalog.store(Arc::clone(&catalog));
         // Name sets built once: a lookup per tracked key, not a scan of the catalog each.
@@ -99,6 +101,14 @@ impl CheckContext for Gateway {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+}
+
+/// Every series of the catalog's upstreams and keys, at zero until it moves.
+fn declare_series(metrics: &Metrics, catalog: &Catalog) {
+    metrics.declare(
+        catalog.upstreams.iter().map(|u| u.name.as_str()),
+        catalog.key_names(),
+    );
 }
 
 fn unix_seconds() -> i64 {

@@ -58,7 +58,19 @@ impl<'kvs> log::kv::VisitSource<'kvs> for Fields<'_> {
         key: log::kv::Key<'kvs>,
         value: log::kv::Value<'kvs>,
     ) -> Result<(), log::kv::Error> {
-        self.0.insert(key.to_string(), value.to_string().into());
+        // Numbers and booleans stay JSON numbers and booleans; everything else is text.
+        let value = if let Some(n) = value.to_u64() {
+            n.into()
+        } else if let Some(n) = value.to_i64() {
+            n.into()
+        } else if let Some(b) = value.to_bool() {
+            b.into()
+        } else if let Some(x) = value.to_f64().and_then(serde_json::Number::from_f64) {
+            serde_json::Value::Number(x)
+        } else {
+            value.to_string().into()
+        };
+        self.0.insert(key.to_string(), value);
         Ok(())
     }
 }

@@ -192,8 +192,10 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
         }
     }
     let grace = reloader.running().shutdown_grace;
+    // Draining first: once the line is out, readiness already says so.
+    gateway.start_draining();
     let in_flight = gateway.limiter.gateway_in_flight();
-    log::info!(target: "sluice", in_flight, grace:? = grace; "draining");
+    log::info!(target: "sluice", in_flight, grace_ms = grace.as_millis() as u64; "draining");
     let abandoned = running.shutdown(grace).await;
     gateway.access_log.flush();
     log::info!(target: "sluice", abandoned; "stopped");

@@ -9,6 +9,23 @@ use prometheus::{
 /// Label value for a request that named no known key or model.
 pub const UNKNOWN: &str = "unknown";
 
+/// Rejections made before a key is known (`key="unknown"`).
+const ANONYMOUS_CODES: [&str; 4] = [
+    "missing_api_key",
+    "invalid_api_key",
+    "unknown_route",
+    "invalid_request",
+];
+/// A key's own limits.
+const KEY_LIMIT_CODES: [&str; 2] = ["rate_limit_exceeded", "concurrency_limit_exceeded"];
+/// The codes of `sluice_upstream_errors_total`.
+const UPSTREAM_CODES: [&str; 4] = [
+    "upstream_unavailable",
+    "upstream_timeout",
+    "upstream_protocol_error",
+    "upstream_auth_failed",
+];
+
 pub struct Metrics {
     registry: Registry,
     pub requests: IntCounterVec,
@@ -233,6 +250,44 @@ impl Metrics {
             upstream_queue,
             upstream_health_checks,
             access_log_dropped,
+        }
+    }
+
+    /// Creates, at zero, every series whose labels all come from configuration and fixed
+    /// sets, so it exists from the first scrape: an `increase()` or `rate()` over a series
+    /// that only appears when it first moves misses that first count, and an alert on it
+    /// never sees a baseline. Called at start and on every reload.
+    pub fn declare<'a>(
+        &self,
+        upstreams: impl Iterator<Item = &'a str>,
+        keys: impl Iterator<Item = &'a str>,
+    ) {
+        for result in ["success", "failure"] {
+            self.config_reloads.with_label_values(&[result]);
+        }
+        for code in ANONYMOUS_CODES {
+            self.rejections.with_label_values(&[UNKNOWN, code]);
+        }
+        for upstream in upstreams {
+            self.upstream_ejections.with_label_values(&[upstream]);
+            self.upstream_cooldowns.with_label_values(&[upstream]);
+            self.upstream_in_flight.with_label_values(&[upstream]);
+            for result in ["pass", "fail"] {
+                self.upstream_health_checks
+                    .with_label_values(&[upstream, result]);
+            }
+            for reason in ["connect_failed", "rate_limited"] {
+                self.upstream_retries.with_label_values(&[upstream, reason]);
+            }
+            for code in UPSTREAM_CODES {
+                self.upstream_errors.with_label_values(&[upstream, code]);
+            }
+        }
+        for key in keys {
+            self.in_flight.with_label_values(&[key]);
+            for code in KEY_LIMIT_CODES {
+                self.rejections.with_label_values(&[key, code]);
+            }
         }
     }
 

@@ -188,6 +188,7 @@ impl Proxy {
         ctx.request_id = crate::request_id::accept_or_generate(
             request.headers.get("x-request-id").map(|v| v.as_bytes()),
         );
+        log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
 
         // 1. Host, then route.
         if !catalog.host_allowed(request_host(session)) {

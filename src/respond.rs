@@ -46,8 +46,9 @@ pub fn error_response(error: &RequestError) -> LocalResponse {
     if let Some(wait) = error.retry_after() {
         response.headers.extend(retry_after_headers(wait));
     }
-    if error.status() == 500 {
-        // The spec: a repeated 500 with the same payload is persistent; tell SDKs not to loop.
+    if error.status() == 500 || *error == RequestError::UpstreamAuthFailed {
+        // The spec: a repeated 500 with the same payload is persistent; and a credential the
+        // upstream refuses stays refused until an operator fixes it. Tell SDKs not to loop.
         response.headers.push(("x-should-retry", "false".into()));
     }
     response

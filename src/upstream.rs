@@ -16,10 +16,12 @@
 //! | `gate.rs`     | an upstream's `max_concurrent` and its bounded queue                |
 //! | `request.rs`  | what crosses the boundary: headers both ways, the one credential use|
 //! | `exchange.rs` | one exchange over the pool: send, first byte, relay, cut stream     |
+//! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
 
 mod choose;
 mod dispatch;
+mod error_record;
 mod exchange;
 mod gate;
 mod health;
@@ -28,6 +30,7 @@ mod request;
 mod verdict;
 
 pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched};
+pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;
 pub use probe::{run as run_checks, CheckContext};

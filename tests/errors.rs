@@ -238,6 +238,11 @@ async fn upstream_failures_become_5xx_in_the_envelope() {
             serde_json::Value::Null
         )
     );
+    assert_eq!(
+        auth_failed.header("x-should-retry"),
+        Some("false"),
+        "a refused credential stays refused: the SDKs must not send it three times"
+    );
 
     mock.push(Reply::json(403, "{}"));
     assert_eq!(
@@ -555,4 +560,71 @@ async fn a_refused_large_upload_still_gets_its_answer() {
     let response = conn.read_response().await.expect("the answer, not a reset");
     assert_eq!(response.error().2, "invalid_api_key");
     assert!(mock.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_upstreams_own_error_is_recorded_with_its_message_code_and_request_id() {
+    let (mock, gw) = gateway().await;
+    mock.push(
+        Reply::json(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        )
+        .with_header("x-request-id", "up-req-7"),
+    );
+    let response = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(
+        response.status, 400,
+        "the upstream's answer is passed through"
+    );
+    let line = &gw.log_lines(1).await[0];
+    assert_eq!(line["status"], 400);
+    assert_eq!(line["upstream_status"], 400);
+    assert_eq!(
+        line["error_message"],
+        "This model's maximum context length is 8192 tokens."
+    );
+    assert_eq!(line["upstream_error_code"], "context_length_exceeded");
+    assert_eq!(line["upstream_request_id"], "up-req-7");
+    assert!(
+        line.get("error_code").is_none(),
+        "no gateway error code: {line}"
+    );
+}
+
+#[tokio::test]
+async fn a_passed_through_429_has_the_record_of_our_own() {
+    let (mock, gw) = gateway().await;
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    mock.push(
+        Reply::json(429, r#"{"error":{"message":"slow down"}}"#).with_header("retry-after", "2"),
+    );
+    let limited = chat(gw.addr(), ALPHA, &chat_body("chat-model")).await;
+    assert_eq!(limited.status, 429);
+    let lines = gw.log_lines(2).await;
+    let line = &lines[1];
+    assert_eq!(line["retry_after_ms"], 2000, "{line}");
+    assert!(
+        line["since_previous_ms"].as_f64().is_some(),
+        "the interval since the key's previous request: {line}"
+    );
+}
+
+#[tokio::test]
+async fn the_logged_path_and_host_are_capped() {
+    let (_mock, gw) = gateway().await;
+    let path = format!("/{}", "a".repeat(20_000));
+    let host = "h".repeat(5_000);
+    let mut conn = Conn::open(gw.addr()).await;
+    conn.write(format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .await;
+    assert_eq!(conn.read_response().await.unwrap().status, 404);
+    let line = &gw.log_lines(1).await[0];
+    assert_eq!(line["path"].as_str().unwrap().len(), 1024);
+    assert_eq!(line["host"].as_str().unwrap().len(), 256);
 }

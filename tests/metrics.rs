@@ -180,3 +180,27 @@ async fn reload_series_move() {
     assert!(gw.metric("sluice_config_last_success_timestamp_seconds") >= before);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn series_with_known_labels_exist_at_zero_from_the_first_scrape() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    let text = String::from_utf8(gw.gateway().render_metrics()).unwrap();
+    for series in [
+        r#"sluice_config_reloads_total{result="success"} 0"#,
+        r#"sluice_config_reloads_total{result="failure"} 0"#,
+        r#"sluice_upstream_ejections_total{upstream="mock"} 0"#,
+        r#"sluice_upstream_cooldowns_total{upstream="mock"} 0"#,
+        r#"sluice_upstream_retries_total{reason="connect_failed",upstream="mock"} 0"#,
+        r#"sluice_upstream_errors_total{code="upstream_timeout",upstream="mock"} 0"#,
+        r#"sluice_upstream_health_checks_total{result="fail",upstream="mock"} 0"#,
+        r#"sluice_rejections_total{code="rate_limit_exceeded",key="alpha"} 0"#,
+        r#"sluice_rejections_total{code="invalid_api_key",key="unknown"} 0"#,
+        r#"sluice_in_flight_requests{key="beta"} 0"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == series),
+            "{series} is exported before it first moves"
+        );
+    }
+}

@@ -83,7 +83,17 @@ async fn a_chunked_client_body_is_forwarded_whole() {
 async fn upstream_model_renames_only_the_model() {
     let (mock, gw) = gateway().await;
     let body = r#"{ "model" : "renamed", "messages":[{"role":"user","content":"model renamed"}], "max_completion_tokens": 5 }"#;
-    assert_eq!(chat(gw.addr(), ALPHA, body).await.status, 200);
+    mock.push(Reply::json(
+        200,
+        r#"{"object":"chat.completion","model":"org/real-name","choices":[]}"#,
+    ));
+    let response = chat(gw.addr(), ALPHA, body).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.json()["model"],
+        "org/real-name",
+        "the answer's model is the backend's, as documented: the body is not rewritten"
+    );
     let received = String::from_utf8(mock.requests()[0].body.clone()).unwrap();
     assert_eq!(
         received,

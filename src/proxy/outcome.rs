@@ -16,6 +16,10 @@ use std::sync::Arc;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
 const MAX_LOGGED_MODEL_BYTES: usize = 256;
+/// Longest path written to the access log (a request line may be 64 KiB).
+const MAX_LOGGED_PATH_BYTES: usize = 1024;
+/// Longest `Host` written to the access log.
+const MAX_LOGGED_HOST_BYTES: usize = 256;
 
 /// Notes a gateway-made error answer: counted in `sluice_rejections_total`, kept for the log.
 pub(super) fn record_error(gateway: &Gateway, ctx: &mut RequestContext, error: RequestError) {
@@ -61,13 +65,24 @@ pub(super) fn log_request(
         .as_ref()
         .map(RequestError::code)
         .or(client_gone.then_some("client_disconnected"));
+    // The upstream's own error answer, when it was passed on rather than ours.
+    let upstream_error = ctx
+        .exchange
+        .upstream_error
+        .as_ref()
+        .filter(|_| ctx.error.is_none());
+    let retry_after = match &ctx.error {
+        Some(error) => error.retry_after(),
+        None if status == 429 => ctx.exchange.upstream_retry_after,
+        None => None,
+    };
     let record = AccessRecord {
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
         request_id: &ctx.request_id,
         method: request.method.as_str(),
-        path: request.uri.path(),
-        host: request_host(session),
+        path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
+        host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
         key,
         model: ctx
             .model
@@ -85,18 +100,22 @@ pub(super) fn log_request(
         ttfb_ms: ctx.exchange.ttfb.map(millis),
         bytes_out: ctx.exchange.bytes_out,
         error_code,
-        error_message: ctx.error.as_ref().map(RequestError::message),
-        retry_after_ms: ctx
+        error_message: ctx
             .error
             .as_ref()
-            .and_then(RequestError::retry_after)
-            .map(|d| d.as_nanos().div_ceil(1_000_000) as u64),
-        since_previous_ms: if ctx.error.as_ref().is_some_and(|e| e.status() == 429) {
-            ctx.since_previous.map(millis)
-        } else {
-            None
-        },
+            .map(RequestError::message)
+            .or_else(|| upstream_error.and_then(|u| u.message.clone())),
+        retry_after_ms: retry_after
+            .map(|d| d.as_nanos().div_ceil(1_000_000).min(u64::MAX.into()) as u64),
+        since_previous_ms: (status == 429)
+            .then_some(ctx.since_previous)
+            .flatten()
+            .map(millis),
+        upstream_status: upstream_error.map(|_| status),
+        upstream_error_code: upstream_error.and_then(|u| u.code.as_deref()),
+        upstream_request_id: upstream_error.and_then(|u| u.request_id.as_deref()),
     };
+    log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);
 }
 
@@ -153,20 +172,11 @@ pub fn rejection_answer(gateway: Arc<Gateway>) -> RejectionAnswer {
             method: "",
             path: "",
             host: "",
-            key: None,
-            model: None,
-            upstream: None,
-            upstream_url: None,
             status: response.status,
-            stream: false,
-            duration_ms: 0.0,
-            upstream_ms: None,
-            ttfb_ms: None,
             bytes_out: response.body.len(),
             error_code: Some(error.code()),
             error_message: Some(error.message()),
-            retry_after_ms: None,
-            since_previous_ms: None,
+            ..AccessRecord::default()
         });
         Bytes::from(bytes)
     })

@@ -173,6 +173,7 @@ async fn attempts(
             request_started: dispatch.request_started,
             response_headers: &dispatch.response_headers,
             on_429,
+            request_id: dispatch.request_id,
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;
@@ -181,7 +182,7 @@ async fn attempts(
 
         count_error(metrics, upstream, &outcome);
         let (effect, next) = verdict(&outcome, may_resend);
-        upstreams.record(upstream, effect, metrics);
+        upstreams.record(upstream, effect, metrics, Some(dispatch.request_id));
         let reason = match next {
             Next::Return => return delivery(outcome),
             Next::Resend(reason) => reason,

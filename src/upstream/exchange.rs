@@ -10,9 +10,11 @@
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
 //! event.
 
+use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::request::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
-    failure_of, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome, Reached,
+    failure_of, read_failure, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome,
+    Reached,
 };
 use super::Upstreams;
 use crate::catalog::Upstream;
@@ -43,6 +45,10 @@ pub struct Exchange {
     pub bytes_out: usize,
     /// The response was an SSE stream.
     pub event_stream: bool,
+    /// What a relayed 429 asked to wait.
+    pub upstream_retry_after: Option<Duration>,
+    /// The upstream's own error answer (a relayed 4xx or 5xx), for the access log.
+    pub upstream_error: Option<UpstreamErrorRecord>,
 }
 
 /// One request to send upstream.
@@ -55,6 +61,8 @@ pub struct Call<'a> {
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: &'a [(&'static str, String)],
     pub on_429: On429,
+    /// For the diagnostic log lines about this request.
+    pub request_id: &'a str,
 }
 
 /// A failure before the response header, with whether the request may have gone out.
@@ -156,7 +164,7 @@ pub(super) async fn exchange(
     let mut to_client = match response_header(&response, call.response_headers) {
         Ok(header) => header,
         Err(invalid) => {
-            log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), invalid:? = invalid; "upstream response header refused");
+            log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), invalid:? = invalid; "upstream response header refused");
             connection.shutdown().await;
             return Outcome::Failed {
                 error: RequestError::UpstreamProtocolError,
@@ -176,7 +184,26 @@ pub(super) async fn exchange(
         return Outcome::ClientGone(e);
     }
 
-    if let Err(outcome) = relay_body(session, &mut connection, upstream, deadline, measured).await {
+    measured.upstream_retry_after = retry_after;
+    // An error answer's first bytes are kept as they pass, for the error record.
+    let mut kept = (status >= 400).then(Vec::new);
+    let relayed = relay_body(
+        session,
+        &mut connection,
+        &call,
+        deadline,
+        measured,
+        &mut kept,
+    )
+    .await;
+    if let Some(body) = kept {
+        let upstream_id = response
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok());
+        measured.upstream_error = Some(UpstreamErrorRecord::read(&body, upstream_id));
+    }
+    if let Err(outcome) = relayed {
         return outcome;
     }
     if let Err(e) = session.write_response_body(None, true).await {
@@ -247,7 +274,7 @@ async fn send(
         },
     };
     let (stream, reused) = connected.map_err(|e| {
-        log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
+        log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
         // Nothing was sent on a connection that never opened.
         NoAnswer::Early(Early { failure: EarlyFailure::Failed(failure_of(&e)), reached: Reached::No })
     })?;
@@ -354,7 +381,7 @@ async fn read_header(
         };
         match read {
             Err(_elapsed) => return Err(failed(RequestError::UpstreamTimeout)),
-            Ok(Err(e)) => return Err(failed(failure_of(&e))),
+            Ok(Err(e)) => return Err(failed(read_failure(&e))),
             Ok(Ok(_)) => {}
         }
         let Some(response) = upstream_session.resp_header() else {
@@ -376,10 +403,12 @@ async fn read_header(
 async fn relay_body(
     session: &mut Session,
     connection: &mut UpstreamSession,
-    upstream: &Upstream,
+    call: &Call<'_>,
     deadline: Option<Instant>,
     measured: &mut Exchange,
+    kept: &mut Option<Vec<u8>>,
 ) -> Result<(), Outcome> {
+    let upstream = call.upstream;
     let mut tail = EventTail::default();
     loop {
         let waited_from = Instant::now();
@@ -397,14 +426,14 @@ async fn relay_body(
             Ok(Ok(Some(chunk))) => chunk,
             // An event stream that stops inside an event was cut, whatever its framing said.
             Ok(Ok(None)) if measured.event_stream && !tail.at_event_end() => {
-                log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
-                let error = RequestError::UpstreamUnavailable;
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
+                let error = RequestError::UpstreamClosed;
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => {
-                log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
-                let error = RequestError::UpstreamUnavailable;
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
+                let error = RequestError::UpstreamClosed;
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }
             Err(_elapsed) => {
@@ -416,6 +445,10 @@ async fn relay_body(
             continue;
         }
         tail.remember(&chunk);
+        if let Some(kept) = kept {
+            let room = KEPT_BODY_BYTES.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        }
         measured.bytes_out += chunk.len();
         if let Err(e) = session.write_response_body(Some(chunk), false).await {
             return Err(Outcome::ClientGone(e));

@@ -123,8 +123,15 @@ impl Upstreams {
         health.availability(self.clock.now())
     }
 
-    /// Applies one outcome to the upstream's health, counting and logging what it caused.
-    pub fn record(&self, upstream: &Upstream, effect: HealthEffect, metrics: &Metrics) {
+    /// Applies one outcome to the upstream's health, counting and logging what it caused;
+    /// `request_id` names the request whose outcome it was (none for an active check).
+    pub fn record(
+        &self,
+        upstream: &Upstream,
+        effect: HealthEffect,
+        metrics: &Metrics,
+        request_id: Option<&str>,
+    ) {
         if effect == HealthEffect::Unchanged {
             return;
         }
@@ -141,7 +148,7 @@ impl Upstreams {
                         .upstream_ejections
                         .with_label_values(&[&upstream.name])
                         .inc();
-                    log::warn!(target: "sluice::upstream", upstream = upstream.name.as_str(), ejected_for:? = length; "upstream ejected after consecutive failures");
+                    log::warn!(target: "sluice::upstream", request_id = request_id.unwrap_or("health-check"), upstream = upstream.name.as_str(), ejected_for_ms = length.as_millis() as u64; "upstream ejected after consecutive failures");
                 }
             }
             HealthEffect::CoolDown(asked) => {

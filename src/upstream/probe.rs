@@ -86,7 +86,7 @@ pub async fn check(
         .upstream_health_checks
         .with_label_values(&[&upstream.name, label])
         .inc();
-    upstreams.record(upstream, effect, metrics);
+    upstreams.record(upstream, effect, metrics, None);
     result
 }
 

@@ -77,6 +77,11 @@ pub const RATE_LIMITED: &str = "rate_limited";
 
 /// What an attempt's outcome does to the upstream's health, and what happens next.
 /// `may_resend`: a resend remains within `retry_attempts`.
+///
+/// Only signs that the upstream itself is unwell count as failures toward ejection: no
+/// connection, no answer in time, an answer that is not HTTP, a 502/503/504. One tenant's
+/// request that makes a backend answer 500, or stall or break after its answer started,
+/// must not take the upstream out for everyone: those count in metrics only.
 pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
     match outcome {
         Outcome::Answered {
@@ -84,8 +89,10 @@ pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
             retry_after,
         } => {
             let effect = match status {
-                500 | 502 | 503 | 504 => HealthEffect::Failure,
+                502..=504 => HealthEffect::Failure,
                 429 => HealthEffect::CoolDown(*retry_after),
+                // Not proof of health either: leave the count of failures as it is.
+                500..=599 => HealthEffect::Unchanged,
                 _ => HealthEffect::Success,
             };
             (effect, Next::Return)
@@ -96,11 +103,17 @@ pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
             Next::Resend(RATE_LIMITED),
         ),
         Outcome::Failed { error, reached } => {
-            // A refused credential is our configuration, not the upstream's health.
-            let effect = if *error == RequestError::UpstreamAuthFailed {
-                HealthEffect::Unchanged
-            } else {
+            let unwell = *reached == Reached::No
+                || matches!(
+                    error,
+                    RequestError::UpstreamTimeout | RequestError::UpstreamProtocolError
+                );
+            // A refused credential is our configuration; a connection closed after the
+            // request went out may be that request's doing (a prompt that crashes it).
+            let effect = if unwell {
                 HealthEffect::Failure
+            } else {
+                HealthEffect::Unchanged
             };
             let next = if *reached == Reached::No && may_resend {
                 Next::Resend(CONNECT_FAILED)
@@ -109,7 +122,7 @@ pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
             };
             (effect, next)
         }
-        Outcome::Cut { .. } => (HealthEffect::Failure, Next::Return),
+        Outcome::Cut { .. } => (HealthEffect::Unchanged, Next::Return),
         Outcome::ClientGone(_) => (HealthEffect::Unchanged, Next::Return),
     }
 }
@@ -138,6 +151,15 @@ pub fn send_failed(connection: Connection, error: &Error) -> EarlyFailure {
     match connection {
         Connection::Pooled => EarlyFailure::DeadPooled,
         Connection::Fresh => EarlyFailure::Failed(failure_of(error)),
+    }
+}
+
+/// The client-facing error for a failed read of the answer, once the request went out: the
+/// upstream was reached, so a closed connection is not "could not be reached".
+pub fn read_failure(error: &Error) -> RequestError {
+    match failure_of(error) {
+        RequestError::UpstreamUnavailable => RequestError::UpstreamClosed,
+        other => other,
     }
 }
 
@@ -176,14 +198,18 @@ mod tests {
 
     #[test]
     fn a_request_that_may_have_been_processed_is_never_resent() {
-        for error in [
-            RequestError::UpstreamTimeout,
-            RequestError::UpstreamUnavailable,
-            RequestError::UpstreamProtocolError,
+        for (error, effect) in [
+            (RequestError::UpstreamTimeout, HealthEffect::Failure),
+            (RequestError::UpstreamProtocolError, HealthEffect::Failure),
+            // Closed after the request went out: maybe that request's doing.
+            (RequestError::UpstreamUnavailable, HealthEffect::Unchanged),
         ] {
-            let (effect, next) = verdict(&failed(error, Reached::Maybe), true);
-            assert_eq!(next, Next::Return, "sent once, never again");
-            assert_eq!(effect, HealthEffect::Failure);
+            let outcome = failed(error.clone(), Reached::Maybe);
+            assert_eq!(
+                verdict(&outcome, true),
+                (effect, Next::Return),
+                "{error:?}: sent once, never again"
+            );
         }
     }
 
@@ -211,13 +237,19 @@ mod tests {
             status,
             retry_after: None,
         };
-        for status in [500, 502, 503, 504] {
+        for status in [502, 503, 504] {
             assert_eq!(
                 verdict(&answered(status), true),
-                (HealthEffect::Failure, Next::Return)
+                (HealthEffect::Failure, Next::Return),
+                "{status} says the upstream itself is unwell"
             );
         }
-        for status in [200, 400, 404, 422] {
+        assert_eq!(
+            verdict(&answered(500), true),
+            (HealthEffect::Unchanged, Next::Return),
+            "a 500 may be one request's doing: it never ejects the upstream for everyone"
+        );
+        for status in [200, 400, 404, 413, 422] {
             assert_eq!(
                 verdict(&answered(status), true),
                 (HealthEffect::Success, Next::Return)
@@ -243,7 +275,11 @@ mod tests {
             error: RequestError::UpstreamTimeout,
             then: AfterCut::KeepAlive,
         };
-        assert_eq!(verdict(&cut, true), (HealthEffect::Failure, Next::Return));
+        assert_eq!(
+            verdict(&cut, true),
+            (HealthEffect::Unchanged, Next::Return),
+            "a stall after the answer started is one request's fate, not the upstream's"
+        );
     }
 
     #[test]
