@@ -27,6 +27,10 @@ pub enum RequestError {
     InvalidJson {
         detail: String,
     },
+    /// The body's top-level object names `key` twice (also `invalid_json`).
+    RepeatedKey {
+        key: String,
+    },
     MissingParameter {
         param: &'static str,
     },
@@ -67,6 +71,7 @@ impl RequestError {
         use RequestError::*;
         match self {
             InvalidJson { .. }
+            | RepeatedKey { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
@@ -110,7 +115,7 @@ impl RequestError {
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
-            InvalidJson { .. } => "invalid_json",
+            InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
@@ -133,6 +138,7 @@ impl RequestError {
             MissingParameter { param } | CapabilityNotSupported { param, .. } => Some(param),
             InvalidParameter { param, .. } => Some(param),
             ModelNotFound { .. } => Some("model"),
+            RepeatedKey { key } => Some(bounded(key)),
             _ => None,
         }
     }
@@ -151,7 +157,7 @@ impl RequestError {
     }
 
     /// One sentence the user can act on. Never contains a secret: the only client text
-    /// quoted is a model ID, cut to a bounded length.
+    /// quoted is a model ID or a key of the body, cut to a bounded length.
     pub fn message(&self) -> String {
         use RequestError::*;
         match self {
@@ -179,15 +185,19 @@ impl RequestError {
                 "The request body must be JSON: send `Content-Type: application/json`.".into()
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
+            RepeatedKey { key } => format!(
+                "The request body names '{}' more than once; send each top-level key once.",
+                bounded(key)
+            ),
             MissingParameter { param } => format!("Missing required parameter: '{param}'."),
             InvalidParameter { message, .. } => message.clone(),
             CapabilityNotSupported { model, capability, .. } => format!(
                 "The model '{}' does not support {capability}.",
-                quote(model)
+                bounded(model)
             ),
             ModelNotFound { model } => format!(
                 "The model '{}' does not exist or you do not have access to it.",
-                quote(model)
+                bounded(model)
             ),
             Internal => "The gateway failed to handle the request. Report the x-request-id.".into(),
             UpstreamUnavailable => "The model's backend could not be reached.".into(),
@@ -203,8 +213,11 @@ impl RequestError {
     }
 }
 
-fn quote(text: &str) -> String {
-    text.chars().take(MAX_QUOTED_CHARS).collect()
+/// `text` cut to [`MAX_QUOTED_CHARS`] characters.
+fn bounded(text: &str) -> &str {
+    text.char_indices()
+        .nth(MAX_QUOTED_CHARS)
+        .map_or(text, |(end, _)| &text[..end])
 }
 
 #[cfg(test)]
@@ -265,5 +278,23 @@ mod tests {
             "message stays short: {} bytes",
             message.len()
         );
+    }
+
+    #[test]
+    fn a_repeated_key_is_invalid_json_naming_the_key_boundedly() {
+        let error = RequestError::RepeatedKey {
+            key: "model".into(),
+        };
+        assert_eq!((error.status(), error.code()), (400, "invalid_json"));
+        assert_eq!(error.param(), Some("model"));
+        assert!(error.message().contains("'model'"), "{}", error.message());
+        let long = RequestError::RepeatedKey {
+            key: "é".repeat(10_000),
+        };
+        assert_eq!(
+            long.param().map(|p| p.chars().count()),
+            Some(MAX_QUOTED_CHARS)
+        );
+        assert!(long.message().len() < 400, "message stays short");
     }
 }
