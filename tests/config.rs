@@ -118,6 +118,20 @@ fn the_keys_file_is_read_beside_the_config_and_its_errors_name_it() {
 }
 
 #[test]
+fn an_upstream_port_out_of_range_is_an_error_not_port_80() {
+    let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:99999/v1\"}\n  - {name: v, url: \"http://127.0.0.1:0/v1\"}\n";
+    let errors = errors_of(text);
+    assert_eq!(
+        errors,
+        [
+            "g.yaml: upstreams[0].url: port '99999' is not a port number from 1 to 65535",
+            "g.yaml: upstreams[1].url: port '0' is not a port number from 1 to 65535",
+        ],
+        "each bad port is named at its url"
+    );
+}
+
+#[test]
 fn a_missing_credential_variable_is_an_error_not_an_empty_credential() {
     let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", api_key_env: SLUICE_UNSET_FOR_TEST}\n";
     let errors = errors_of(text);

@@ -263,7 +263,25 @@ fn check_url(text: &str) -> Result<http::Uri, String> {
     if url.query().is_some() {
         return Err("must not carry a query string".into());
     }
+    check_port(&url)?;
     Ok(url)
+}
+
+/// A port written in the URL must be one a connection can use: `http::Uri` accepts any
+/// digits there, and reports a port it cannot read as none, which would mean the scheme's
+/// default port.
+fn check_port(url: &http::Uri) -> Result<(), String> {
+    let authority = url.authority().map_or("", |a| a.as_str());
+    let after_host = authority
+        .strip_prefix(url.host().unwrap_or_default())
+        .unwrap_or_default();
+    let Some(port) = after_host.strip_prefix(':') else {
+        return Ok(());
+    };
+    match port.parse::<u16>() {
+        Ok(1..) => Ok(()),
+        _ => Err(format!("port '{port}' is not a port number from 1 to 65535")),
+    }
 }
 
 /// The first address the URL's host resolves to (default port by scheme).
@@ -281,4 +299,32 @@ fn resolve(url: &http::Uri, lookup: HostLookup) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
         .next()
         .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_must_be_from_1_to_65535() {
+        for good in [
+            "http://127.0.0.1/v1",
+            "http://127.0.0.1:1/v1",
+            "https://h.example:65535/v1",
+            "http://[::1]:8000/v1",
+            "http://[::1]/v1",
+        ] {
+            assert!(check_url(good).is_ok(), "{good} is accepted");
+        }
+        for bad in [
+            "http://127.0.0.1:99999/v1",
+            "http://127.0.0.1:65536/v1",
+            "http://127.0.0.1:0/v1",
+            "http://h.example:/v1",
+            "http://[::1]:70000/v1",
+        ] {
+            let error = check_url(bad).expect_err(bad);
+            assert!(error.contains("1 to 65535"), "{bad}: {error}");
+        }
+    }
 }
