@@ -146,6 +146,35 @@ fn a_missing_credential_variable_is_an_error_not_an_empty_credential() {
 }
 
 #[test]
+fn a_credential_is_trimmed_and_one_with_control_characters_is_refused() {
+    let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", api_key_env: SLUICE_TEST_CREDENTIAL}\n";
+    // What `echo "$KEY" | kubectl create secret ...` leaves in the variable.
+    let newline = |_: &str| Some(" sk-upstream-value\r\n".to_string());
+    let config = parse("g.yaml", text, None, &newline).expect("surrounding whitespace is trimmed");
+    let credential = config.upstreams[0].credential.as_ref().unwrap();
+    assert_eq!(credential.expose(), "sk-upstream-value");
+
+    for (value, problem) in [
+        ("sk-upstream\nhidden", "holds a control character"),
+        ("sk-upstream\u{7f}hidden", "holds a control character"),
+        (" \n\t", "holds only whitespace"),
+    ] {
+        let env = |_: &str| Some(value.to_string());
+        let errors = parse("g.yaml", text, None, &env).unwrap_err().to_string();
+        assert!(
+            errors.starts_with(&format!(
+                "g.yaml: upstreams[0].api_key_env: environment variable SLUICE_TEST_CREDENTIAL {problem}"
+            )),
+            "{value:?}: {errors}"
+        );
+        assert!(
+            !errors.contains("sk-upstream") && !errors.contains("hidden"),
+            "the value is never shown: {errors}"
+        );
+    }
+}
+
+#[test]
 fn every_shipped_configuration_loads() {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut checked = 0;

@@ -131,23 +131,32 @@ fn ca(errors: &mut Errors, path: &str, name: &str, url: Option<&http::Uri>) -> O
     }
 }
 
-/// The credential held by the environment variable `name` (`api_key_env`); never empty.
+/// The credential held by the environment variable `name` (`api_key_env`), without the
+/// whitespace around it (`echo` into a Kubernetes Secret leaves a newline at the end);
+/// never empty, never with a control character inside (it goes into a header). Messages
+/// name the variable, never its value.
 fn credential(
     errors: &mut Errors,
     path: &str,
     name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Secret> {
-    match env(name) {
-        Some(value) if !value.is_empty() => Some(Secret::new(value)),
-        _ => {
-            errors.push(
-                format!("{path}.api_key_env"),
-                format!("environment variable {name} is not set or empty"),
-            );
-            None
-        }
-    }
+    let value = env(name).unwrap_or_default();
+    let trimmed = value.trim();
+    let problem = if value.is_empty() {
+        "is not set or empty"
+    } else if trimmed.is_empty() {
+        "holds only whitespace"
+    } else if trimmed.chars().any(char::is_control) {
+        "holds a control character (such as a line break) inside its value"
+    } else {
+        return Some(Secret::new(trimmed.to_string()));
+    };
+    errors.push(
+        format!("{path}.api_key_env"),
+        format!("environment variable {name} {problem}"),
+    );
+    None
 }
 
 fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
