@@ -132,6 +132,55 @@ fn an_upstream_port_out_of_range_is_an_error_not_port_80() {
 }
 
 #[test]
+fn durations_out_of_their_range_are_errors_naming_the_range() {
+    let text = r#"
+shutdown_grace: 0s
+watch_interval: 1ms
+retry_backoff: 2h
+client_timeout: 300000000000y
+upstreams:
+  - name: u
+    url: "http://127.0.0.1:9/v1"
+    connect_timeout: 500us
+    first_byte_timeout: 300000000000y
+    idle_timeout: 25h
+    total_timeout: 2days
+    queue_timeout: 2h
+    health_check_interval: 0ms
+"#;
+    assert_eq!(
+        errors_of(text),
+        [
+            "g.yaml: shutdown_grace: '0s' is out of range: must be from 1ms to 1day",
+            "g.yaml: client_timeout: '300000000000y' is out of range: must be from 1ms to 1day",
+            "g.yaml: retry_backoff: '2h' is out of range: must be from 1ms to 1m",
+            "g.yaml: watch_interval: '1ms' is out of range: must be from 10ms to 1day",
+            "g.yaml: upstreams[0].connect_timeout: '500us' is out of range: must be from 1ms to 10m",
+            "g.yaml: upstreams[0].first_byte_timeout: '300000000000y' is out of range: must be from 1ms to 1day",
+            "g.yaml: upstreams[0].idle_timeout: '25h' is out of range: must be from 1ms to 1day",
+            "g.yaml: upstreams[0].total_timeout: '2days' is out of range: must be from 1ms to 1day",
+            "g.yaml: upstreams[0].health_check_interval: '0ms' is out of range: must be from 1ms to 1day",
+            "g.yaml: upstreams[0].queue_timeout: '2h' is out of range: must be from 1ms to 1h",
+        ]
+    );
+    let longest = "shutdown_grace: 24h\nclient_timeout: 24h\nretry_backoff: 1m\nwatch_interval: 10ms\nupstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", connect_timeout: 10m, first_byte_timeout: 1day, eject_duration: 24h, eject_duration_max: 24h, queue_timeout: 1h, rate_limit_cooldown: 1h, idle_timeout: 24h, total_timeout: 24h, health_check_interval: 24h}\n";
+    assert!(
+        parse("g.yaml", longest, None, &no_env).is_ok(),
+        "each bound itself is allowed"
+    );
+}
+
+#[test]
+fn an_invalid_eject_duration_is_one_error_not_two() {
+    let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", eject_duration: soon, eject_duration_max: 3s}\n";
+    assert_eq!(
+        errors_of(text),
+        ["g.yaml: upstreams[0].eject_duration: 'soon' is not a duration (examples: 150ms, 2s, 5m)"],
+        "no comparison with a default that was never written"
+    );
+}
+
+#[test]
 fn a_missing_credential_variable_is_an_error_not_an_empty_credential() {
     let text = "upstreams:\n  - {name: u, url: \"http://127.0.0.1:9/v1\", api_key_env: SLUICE_UNSET_FOR_TEST}\n";
     let errors = errors_of(text);

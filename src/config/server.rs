@@ -2,7 +2,7 @@
 //! gateway-wide cap, timeouts, retries, the reload watch, log level and the echo backend.
 
 use super::raw::{RawConfig, RawSize};
-use super::values::{duration, nonzero, parse_size, socket_addr, Errors};
+use super::values::{duration, nonzero, parse_size, socket_addr, Bounds, Errors};
 use super::{Config, KeyConfig, ModelConfig, UpstreamConfig};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -72,12 +72,14 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         "shutdown_grace",
         raw.shutdown_grace.as_deref(),
         Duration::from_secs(30),
+        Bounds::LONG,
     );
     let client_timeout = duration(
         errors,
         "client_timeout",
         raw.client_timeout.as_deref(),
         Duration::from_secs(60),
+        Bounds::LONG,
     );
     let (retry_attempts, retry_backoff) = retries(errors, raw);
     let watch_interval = duration(
@@ -85,6 +87,7 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         "watch_interval",
         raw.watch_interval.as_deref(),
         Duration::from_millis(500),
+        Bounds::WATCH,
     );
     let log_level = log_level(errors, raw.log_level.as_deref());
     let echo_upstream = raw
@@ -102,11 +105,11 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
         threads,
         max_concurrent,
-        shutdown_grace,
-        client_timeout,
+        shutdown_grace: shutdown_grace.unwrap_or_default(),
+        client_timeout: client_timeout.unwrap_or_default(),
         retry_attempts,
         retry_backoff,
-        watch_interval,
+        watch_interval: watch_interval.unwrap_or_default(),
         log_level,
         echo_upstream,
         keys_file: raw.keys_file.as_deref().map(PathBuf::from),
@@ -184,8 +187,9 @@ fn retries(errors: &mut Errors, raw: &RawConfig) -> (u32, Duration) {
         "retry_backoff",
         raw.retry_backoff.as_deref(),
         Duration::from_millis(50),
+        Bounds::BACKOFF,
     );
-    (retry_attempts, retry_backoff)
+    (retry_attempts, retry_backoff.unwrap_or_default())
 }
 
 fn log_level(errors: &mut Errors, text: Option<&str>) -> log::LevelFilter {

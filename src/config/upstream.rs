@@ -2,7 +2,9 @@
 //! from the environment, the timeouts and the protection policy.
 
 use super::raw::RawUpstream;
-use super::values::{check_name, check_unique, duration, items, nonzero, Errors};
+use super::values::{
+    check_name, check_unique, duration, items, nonzero, optional_duration, Bounds, Errors,
+};
 use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
 use pingora::protocols::tls::CaType;
@@ -57,18 +59,21 @@ fn upstream(
         &format!("{path}.connect_timeout"),
         raw.connect_timeout.as_deref(),
         Duration::from_secs(5),
+        Bounds::CONNECT,
     );
     let first_byte_timeout = duration(
         errors,
         &format!("{path}.first_byte_timeout"),
         raw.first_byte_timeout.as_deref(),
         Duration::from_secs(120),
+        Bounds::LONG,
     );
     let idle_timeout = duration(
         errors,
         &format!("{path}.idle_timeout"),
         raw.idle_timeout.as_deref(),
         Duration::from_secs(60),
+        Bounds::LONG,
     );
     let policy = policy(errors, path, &raw);
     if errors.list.len() > before {
@@ -80,9 +85,9 @@ fn upstream(
         addr: addr?,
         ca,
         credential,
-        connect_timeout,
-        first_byte_timeout,
-        idle_timeout,
+        connect_timeout: connect_timeout?,
+        first_byte_timeout: first_byte_timeout?,
+        idle_timeout: idle_timeout?,
         policy,
     })
 }
@@ -160,19 +165,25 @@ fn credential(
 }
 
 fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
-    let optional = |errors: &mut Errors, field: &str, text: &Option<String>| {
-        text.as_ref()
-            .map(|t| duration(errors, &format!("{path}.{field}"), Some(t), Duration::ZERO))
-    };
-    let total_timeout = optional(errors, "total_timeout", &raw.total_timeout);
-    let health_check_interval =
-        optional(errors, "health_check_interval", &raw.health_check_interval);
+    let total_timeout = optional_duration(
+        errors,
+        &format!("{path}.total_timeout"),
+        raw.total_timeout.as_deref(),
+        Bounds::LONG,
+    );
+    let health_check_interval = optional_duration(
+        errors,
+        &format!("{path}.health_check_interval"),
+        raw.health_check_interval.as_deref(),
+        Bounds::LONG,
+    );
     let (max_concurrent, max_queue, queue_timeout) = queue(errors, path, raw);
     let rate_limit_cooldown = duration(
         errors,
         &format!("{path}.rate_limit_cooldown"),
         raw.rate_limit_cooldown.as_deref(),
         Duration::from_secs(5),
+        Bounds::WAIT,
     );
     let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, path, raw);
     UpstreamPolicy {
@@ -180,7 +191,7 @@ fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy 
         max_concurrent,
         max_queue,
         queue_timeout,
-        rate_limit_cooldown,
+        rate_limit_cooldown: rate_limit_cooldown.unwrap_or_default(),
         eject_after_failures,
         eject_duration,
         eject_duration_max,
@@ -210,8 +221,9 @@ fn queue(
         &format!("{path}.queue_timeout"),
         raw.queue_timeout.as_deref(),
         Duration::from_secs(5),
+        Bounds::WAIT,
     );
-    (max_concurrent, max_queue, queue_timeout)
+    (max_concurrent, max_queue, queue_timeout.unwrap_or_default())
 }
 
 /// `eject_after_failures`, `eject_duration` and `eject_duration_max`.
@@ -225,20 +237,29 @@ fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duratio
         &format!("{path}.eject_duration"),
         raw.eject_duration.as_deref(),
         Duration::from_secs(5),
+        Bounds::LONG,
     );
     let eject_duration_max = duration(
         errors,
         &format!("{path}.eject_duration_max"),
         raw.eject_duration_max.as_deref(),
         Duration::from_secs(120),
+        Bounds::LONG,
     );
-    if eject_duration_max < eject_duration {
-        errors.push(
-            format!("{path}.eject_duration_max"),
-            "must not be shorter than eject_duration",
-        );
+    // Compared only when both are valid: a bad one is its own error, not this one too.
+    if let (Some(first), Some(longest)) = (eject_duration, eject_duration_max) {
+        if longest < first {
+            errors.push(
+                format!("{path}.eject_duration_max"),
+                "must not be shorter than eject_duration",
+            );
+        }
     }
-    (eject_after_failures, eject_duration, eject_duration_max)
+    (
+        eject_after_failures,
+        eject_duration.unwrap_or_default(),
+        eject_duration_max.unwrap_or_default(),
+    )
 }
 
 /// Every certificate of a PEM file, checked to parse, as pingora's per-peer CA list.
@@ -289,7 +310,9 @@ fn check_port(url: &http::Uri) -> Result<(), String> {
     };
     match port.parse::<u16>() {
         Ok(1..) => Ok(()),
-        _ => Err(format!("port '{port}' is not a port number from 1 to 65535")),
+        _ => Err(format!(
+            "port '{port}' is not a port number from 1 to 65535"
+        )),
     }
 }
 

@@ -141,24 +141,80 @@ pub(super) fn nonzero(errors: &mut Errors, path: &str, value: Option<u32>) -> Op
     nonzero
 }
 
-/// A positive duration like `150ms`; `default` when absent, and after an error.
+/// The range a duration setting must fall in. Nothing reaches a year, where a deadline
+/// computed from it could overflow the clock; most are tighter, to catch a wrong unit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    min: Duration,
+    max: Duration,
+}
+
+const MINUTE: u64 = 60;
+const HOUR: u64 = 60 * MINUTE;
+
+impl Bounds {
+    /// Opening a connection: more than minutes is never a working network.
+    pub(super) const CONNECT: Bounds = Bounds::new(Duration::from_millis(1), 10 * MINUTE);
+    /// A pause before a resend, which the client spends waiting.
+    pub(super) const BACKOFF: Bounds = Bounds::new(Duration::from_millis(1), MINUTE);
+    /// Waits a request spends held back: in a queue, behind a cooldown.
+    pub(super) const WAIT: Bounds = Bounds::new(Duration::from_millis(1), HOUR);
+    /// Timeouts that a long generation or a held stream must fit in, ejections, check
+    /// periods, the shutdown grace.
+    pub(super) const LONG: Bounds = Bounds::new(Duration::from_millis(1), 24 * HOUR);
+    /// How often the files are read: faster than 10 ms only burns CPU.
+    pub(super) const WATCH: Bounds = Bounds::new(Duration::from_millis(10), 24 * HOUR);
+
+    const fn new(min: Duration, max_seconds: u64) -> Bounds {
+        Bounds {
+            min,
+            max: Duration::from_secs(max_seconds),
+        }
+    }
+}
+
+/// A duration like `150ms` within `bounds`: `default` when absent, `None` after an error
+/// (so no check compares against a value that was not written).
 pub(super) fn duration(
     errors: &mut Errors,
     path: &str,
     text: Option<&str>,
     default: Duration,
-) -> Duration {
-    let Some(text) = text else { return default };
-    match humantime::parse_duration(text) {
-        Ok(d) if !d.is_zero() => d,
-        _ => {
-            errors.push(
-                path,
-                format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"),
-            );
-            default
-        }
+    bounds: Bounds,
+) -> Option<Duration> {
+    match text {
+        None => Some(default),
+        Some(text) => optional_duration(errors, path, Some(text), bounds),
     }
+}
+
+/// A duration like `150ms` within `bounds`; `None` when absent or after an error.
+pub(super) fn optional_duration(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    bounds: Bounds,
+) -> Option<Duration> {
+    let text = text?;
+    let Ok(value) = humantime::parse_duration(text) else {
+        errors.push(
+            path,
+            format!("'{text}' is not a duration (examples: 150ms, 2s, 5m)"),
+        );
+        return None;
+    };
+    if value < bounds.min || value > bounds.max {
+        errors.push(
+            path,
+            format!(
+                "'{text}' is out of range: must be from {} to {}",
+                humantime::format_duration(bounds.min),
+                humantime::format_duration(bounds.max)
+            ),
+        );
+        return None;
+    }
+    Some(value)
 }
 
 /// Parses `8MiB`, `512KiB`, `1MB`, `1048576`.
