@@ -2,15 +2,17 @@
 //!
 //! Loading takes text, never a path (`load_files` is the thin wrapper that reads them), so
 //! tests, `sluice check` and the reloader share one path. Each list item is parsed on its
-//! own, so one bad upstream does not hide the errors of the next.
+//! own, and a field that cannot be read is reported and left out of the rest of the
+//! checks, so every real error comes out once, all at once.
 //!
 //! This module holds the validated types and the entry points. Each section of
 //! `gateway.yaml` is validated in its own submodule: `server` (the top-level settings),
-//! `upstream`, `model` and `key`, from the serde shapes in `raw`, with the error collector
-//! and scalar checks of `values`.
+//! `upstream`, `model` and `key`, from the serde shapes in `raw` as `parsed` reads them,
+//! with the error collector and scalar checks of `values`.
 
 mod key;
 mod model;
+mod parsed;
 mod raw;
 mod server;
 mod upstream;
@@ -216,13 +218,20 @@ pub fn parse_with(
     lookup: HostLookup,
 ) -> Result<Config, ConfigErrors> {
     let mut errors = Errors::new(file);
-    let Some(raw) = errors.document::<RawConfig>(text) else {
+    let Some(parsed) = errors.document::<RawConfig>(text) else {
         return Err(ConfigErrors(errors.list));
     };
     // Section by section: the errors come out in this order.
-    let settings = server::settings(&mut errors, &raw);
+    let settings = server::settings(&mut errors, &parsed);
+    // A list that could not be read was reported; what refers to it is not checked.
+    let upstreams_readable = !parsed.unreadable("upstreams");
+    let raw = parsed.raw;
     let (upstreams, declared) = upstream::upstreams(&mut errors, raw.upstreams, env, lookup);
-    let models = model::models(&mut errors, raw.models, &declared);
+    let models = model::models(
+        &mut errors,
+        raw.models,
+        upstreams_readable.then_some(declared.as_slice()),
+    );
     let keys = key::keys(&mut errors, raw.keys, raw.keys_file.is_some(), keys);
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));

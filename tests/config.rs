@@ -70,6 +70,113 @@ keys:
 }
 
 #[test]
+fn a_top_level_type_error_names_its_key_once_and_hides_nothing() {
+    let text = r#"
+listen: [1]
+max_concurrent: x
+keys_file: 5
+upstreams:
+  - {name: u, url: "ftp://nowhere"}
+"#;
+    assert_eq!(
+        errors_of(text),
+        [
+            "g.yaml: listen: invalid type: sequence, expected a string",
+            "g.yaml: max_concurrent: invalid type: string \"x\", expected u32",
+            "g.yaml: keys_file: invalid type: integer `5`, expected a string",
+            "g.yaml: upstreams[0].url: must be an absolute http:// or https:// URL",
+        ],
+        "each error once, the key not repeated, no position where the path says it all"
+    );
+    // A default that was never written is not compared with anything.
+    let clash = "listen: [1]\nadmin_listen: 0.0.0.0:8080\n";
+    assert_eq!(errors_of(clash).len(), 1, "{:?}", errors_of(clash));
+    assert_eq!(
+        errors_of("- listen\n"),
+        ["g.yaml: must be a mapping (`field: value` lines), not a list"],
+        "no internal type name"
+    );
+}
+
+#[test]
+fn a_typo_inside_an_upstream_hides_neither_its_name_nor_its_other_errors() {
+    let text = r#"
+upstreams:
+  - name: typo
+    url: "http://127.0.0.1:9/v1"
+    colour: blue
+    connect_timeout: soon
+  - name: unreadable-url
+    url: [1]
+  - url: "http://127.0.0.1:9/v1"
+models:
+  - {id: a, upstream: typo}
+  - {id: b, targets: [{upstream: unreadable-url}]}
+  - {id: c, upstream: typo, capabilities: telepathy}
+  - {id: d, upstream: missing}
+"#;
+    let errors = errors_of(text);
+    assert_eq!(
+        errors,
+        [
+            "g.yaml: upstreams[0].colour: unknown field `colour`, expected one of `name`, `url`, `ca_file`, `api_key_env`, `connect_timeout`, `first_byte_timeout`, `idle_timeout`, `total_timeout`, `max_concurrent`, `max_queue`, `queue_timeout`, `rate_limit_cooldown`, `eject_after_failures`, `eject_duration`, `eject_duration_max`, `health_check_interval`",
+            "g.yaml: upstreams[1].url: invalid type: sequence, expected a string",
+            "g.yaml: upstreams[0].connect_timeout: 'soon' is not a duration (examples: 150ms, 2s, 5m)",
+            "g.yaml: upstreams[2].name: is required",
+            "g.yaml: models[2].capabilities: invalid type: string \"telepathy\", expected a sequence",
+            "g.yaml: models[3].upstream: no upstream is named 'missing'",
+        ],
+        "every real error once; no 'no upstream is named' for upstreams that exist"
+    );
+}
+
+#[test]
+fn a_bad_limit_is_one_error_not_also_a_missing_one() {
+    let text = r#"
+upstreams:
+  - {name: u, url: "http://127.0.0.1:9/v1", max_concurrent: 0, max_queue: 3}
+  - {name: v, url: "http://127.0.0.1:9/v1", max_concurrent: lots, max_queue: 3}
+  - {name: w, url: "http://127.0.0.1:9/v1", max_queue: 3}
+keys:
+  - {name: k, sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", requests_per_minute: 0, burst: 5}
+"#;
+    assert_eq!(
+        errors_of(text),
+        [
+            "g.yaml: upstreams[1].max_concurrent: invalid type: string \"lots\", expected u32",
+            "g.yaml: upstreams[0].max_concurrent: must be at least 1 (leave it out for no limit)",
+            "g.yaml: upstreams[2].max_queue: needs max_concurrent",
+            "g.yaml: keys[0].requests_per_minute: must be at least 1 (leave it out for no limit)",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_keys_are_blamed_on_the_file_and_entry_that_repeats_them() {
+    let inline = format!("keys:\n  - {{name: a, sha256: {}}}\n", key_hash(ALPHA));
+    let file = format!(
+        "keys:\n  - {{name: b, sha256: {beta}}}\n  - {{name: b, sha256: {other}}}\n  - {{name: a, sha256: {beta}}}\n",
+        beta = key_hash(BETA),
+        other = key_hash("sk-test-other-0123456789"),
+    );
+    let text = format!("keys_file: keys.yaml\n{inline}");
+    let errors = parse("g.yaml", &text, Some(("keys.yaml", &file)), &no_env)
+        .unwrap_err()
+        .0
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        errors,
+        [
+            "keys.yaml: keys[1].name: the name 'b' is already used by keys[0]",
+            "keys.yaml: keys[2].name: the name 'a' is already used by keys[0] of g.yaml",
+            "keys.yaml: keys[2].sha256: the same hash as keys[0]",
+        ]
+    );
+}
+
+#[test]
 fn the_keys_file_is_read_beside_the_config_and_its_errors_name_it() {
     let dir = temp_dir("keys-file");
     std::fs::create_dir_all(dir.join("secrets")).unwrap();

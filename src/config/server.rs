@@ -1,6 +1,7 @@
 //! The top-level settings of `gateway.yaml`: listeners, body limit, hosts, threads, the
 //! gateway-wide cap, timeouts, retries, the reload watch, log level and the echo backend.
 
+use super::parsed::Parsed;
 use super::raw::{RawConfig, RawSize};
 use super::values::{duration, nonzero, parse_size, socket_addr, Bounds, Errors};
 use super::{Config, KeyConfig, ModelConfig, UpstreamConfig};
@@ -62,8 +63,9 @@ impl Settings {
 }
 
 /// Checks the top-level settings, in the order their errors are reported.
-pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
-    let (listen, admin_listen) = listeners(errors, raw);
+pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Settings {
+    let raw = &parsed.raw;
+    let (listen, admin_listen) = listeners(errors, parsed);
     let max_body_bytes = body_limit(errors, raw.max_body_bytes.as_ref());
     let threads = threads(errors, raw.threads);
     let max_concurrent = nonzero(errors, "max_concurrent", raw.max_concurrent);
@@ -116,17 +118,23 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
     }
 }
 
-/// The client and admin listeners, which must not share a port.
-fn listeners(errors: &mut Errors, raw: &RawConfig) -> (Option<SocketAddr>, Option<SocketAddr>) {
-    let listen = socket_addr(
-        errors,
-        "listen",
-        raw.listen.as_deref().unwrap_or("0.0.0.0:8080"),
-    );
-    let admin_listen = socket_addr(
-        errors,
+/// The client and admin listeners, which must not share a port. One that could not be
+/// read is `None`: its default is no stand-in for what was written.
+fn listeners(
+    errors: &mut Errors,
+    parsed: &Parsed<RawConfig>,
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let mut listener = |field: &str, written: Option<&str>, default: &str| {
+        if parsed.unreadable(field) {
+            return None;
+        }
+        socket_addr(errors, field, written.unwrap_or(default))
+    };
+    let listen = listener("listen", parsed.raw.listen.as_deref(), "0.0.0.0:8080");
+    let admin_listen = listener(
         "admin_listen",
-        raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+        parsed.raw.admin_listen.as_deref(),
+        "127.0.0.1:9090",
     );
     if let (Some(client), Some(admin)) = (listen, admin_listen) {
         if client == admin && client.port() != 0 {

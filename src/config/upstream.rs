@@ -1,9 +1,10 @@
 //! Upstreams: the URL checked and its host resolved, the private CA file, the credential
 //! from the environment, the timeouts and the protection policy.
 
+use super::parsed::{items, Parsed};
 use super::raw::RawUpstream;
 use super::values::{
-    check_name, check_unique, duration, items, nonzero, optional_duration, Bounds, Errors,
+    check_name, check_unique, duration, nonzero, optional_duration, required, Bounds, Errors,
 };
 use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
@@ -15,37 +16,62 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The valid upstreams, and the names of all that parsed (valid or not) for the models
-/// to refer to.
+/// The valid upstreams, and the names of all that were read (valid or not) for the
+/// models to refer to.
 pub(super) fn upstreams(
     errors: &mut Errors,
     values: Vec<serde_yaml::Value>,
     env: &dyn Fn(&str) -> Option<String>,
     lookup: HostLookup,
 ) -> (Vec<UpstreamConfig>, Vec<String>) {
-    // Names are checked on every item that parsed, valid or not, so one bad upstream
+    // Names are checked on every item that was read, valid or not, so one bad upstream
     // does not also turn up as "no upstream named ..." in each model that uses it.
-    let raw_upstreams: Vec<(String, RawUpstream)> = items(errors, "upstreams", values);
-    let upstream_names: Vec<&str> = raw_upstreams.iter().map(|(_, u)| u.name.as_str()).collect();
-    check_unique(errors, "upstreams", upstream_names.iter().copied(), "name");
-    let declared: Vec<String> = upstream_names.iter().map(|n| n.to_string()).collect();
+    let raw_upstreams: Vec<Parsed<RawUpstream>> = items(errors, "upstreams", values);
+    let declared: Vec<String> = raw_upstreams
+        .iter()
+        .filter_map(|u| u.raw.name.clone())
+        .collect();
+    check_unique(
+        errors,
+        "upstreams",
+        declared.iter().map(String::as_str),
+        "name",
+    );
     let upstreams = raw_upstreams
         .into_iter()
-        .filter_map(|(path, raw)| upstream(errors, &path, raw, env, lookup))
+        .filter_map(|parsed| upstream(errors, parsed, env, lookup))
         .collect();
     (upstreams, declared)
 }
 
 fn upstream(
     errors: &mut Errors,
-    path: &str,
-    raw: RawUpstream,
+    parsed: Parsed<RawUpstream>,
     env: &dyn Fn(&str) -> Option<String>,
     lookup: HostLookup,
 ) -> Option<UpstreamConfig> {
     let before = errors.list.len();
-    check_name(errors, &format!("{path}.name"), &raw.name);
-    let (url, addr) = url_and_addr(errors, path, &raw.url, lookup);
+    let path = parsed.path.as_str();
+    let raw = &parsed.raw;
+    let name = required(
+        errors,
+        parsed.at("name"),
+        raw.name.as_deref(),
+        parsed.unreadable("name"),
+    );
+    if let Some(name) = name {
+        check_name(errors, &parsed.at("name"), name);
+    }
+    let url_text = required(
+        errors,
+        parsed.at("url"),
+        raw.url.as_deref(),
+        parsed.unreadable("url"),
+    );
+    let (url, addr) = match url_text {
+        Some(text) => url_and_addr(errors, path, text, lookup),
+        None => (None, None),
+    };
     let ca = raw
         .ca_file
         .as_deref()
@@ -75,12 +101,12 @@ fn upstream(
         Duration::from_secs(60),
         Bounds::LONG,
     );
-    let policy = policy(errors, path, &raw);
-    if errors.list.len() > before {
+    let policy = policy(errors, &parsed);
+    if errors.list.len() > before || parsed.has_unreadable() {
         return None;
     }
     Some(UpstreamConfig {
-        name: raw.name,
+        name: name?.to_string(),
         url: url?,
         addr: addr?,
         ca,
@@ -164,7 +190,8 @@ fn credential(
     None
 }
 
-fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
+fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
     let total_timeout = optional_duration(
         errors,
         &format!("{path}.total_timeout"),
@@ -177,7 +204,7 @@ fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy 
         raw.health_check_interval.as_deref(),
         Bounds::LONG,
     );
-    let (max_concurrent, max_queue, queue_timeout) = queue(errors, path, raw);
+    let (max_concurrent, max_queue, queue_timeout) = queue(errors, parsed);
     let rate_limit_cooldown = duration(
         errors,
         &format!("{path}.rate_limit_cooldown"),
@@ -185,7 +212,7 @@ fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy 
         Duration::from_secs(5),
         Bounds::WAIT,
     );
-    let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, path, raw);
+    let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, parsed);
     UpstreamPolicy {
         total_timeout,
         max_concurrent,
@@ -200,17 +227,18 @@ fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy 
 }
 
 /// `max_concurrent`, `max_queue` (four waiting per slot by default) and `queue_timeout`.
-fn queue(
-    errors: &mut Errors,
-    path: &str,
-    raw: &RawUpstream,
-) -> (Option<NonZeroU32>, u32, Duration) {
+fn queue(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> (Option<NonZeroU32>, u32, Duration) {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
     let max_concurrent = nonzero(
         errors,
         &format!("{path}.max_concurrent"),
         raw.max_concurrent,
     );
-    if raw.max_queue.is_some() && max_concurrent.is_none() {
+    // Only when max_concurrent is not written at all: a bad one is its own error.
+    if raw.max_queue.is_some()
+        && raw.max_concurrent.is_none()
+        && !parsed.unreadable("max_concurrent")
+    {
         errors.push(format!("{path}.max_queue"), "needs max_concurrent");
     }
     let max_queue = raw
@@ -227,7 +255,8 @@ fn queue(
 }
 
 /// `eject_after_failures`, `eject_duration` and `eject_duration_max`.
-fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duration, Duration) {
+fn ejection(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> (u32, Duration, Duration) {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
     let eject_after_failures = raw.eject_after_failures.unwrap_or(5);
     if eject_after_failures == 0 {
         errors.push(format!("{path}.eject_after_failures"), "must be at least 1");
@@ -247,7 +276,13 @@ fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duratio
         Bounds::LONG,
     );
     // Compared only when both are valid: a bad one is its own error, not this one too.
-    if let (Some(first), Some(longest)) = (eject_duration, eject_duration_max) {
+    let written = |field| !parsed.unreadable(field);
+    if let (Some(first), Some(longest), true, true) = (
+        eject_duration,
+        eject_duration_max,
+        written("eject_duration"),
+        written("eject_duration_max"),
+    ) {
         if longest < first {
             errors.push(
                 format!("{path}.eject_duration_max"),

@@ -2,12 +2,11 @@
 //! share: names, uniqueness, addresses, limits, durations and sizes.
 
 use super::ConfigError;
-use serde::de::DeserializeOwned;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-/// Collects errors under a path prefix while validation goes on.
+/// Collects errors about one file while validation goes on.
 pub(super) struct Errors {
     /// The file the errors are about, as it is named in messages.
     pub(super) file: String,
@@ -22,71 +21,41 @@ impl Errors {
         }
     }
 
-    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        let path = path.into();
-        let path = if path.is_empty() {
+    /// `file: path`, or the file alone for an error about the whole file.
+    fn locate(&self, path: String) -> String {
+        if path.is_empty() {
             self.file.clone()
         } else {
             format!("{}: {path}", self.file)
-        };
+        }
+    }
+
+    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = self.locate(path.into());
         self.list.push(ConfigError {
             path,
             message: message.into(),
         });
     }
 
-    /// Parses a whole file's text, recording its error under the key path it is about
-    /// (none when it is about the whole document).
-    pub(super) fn document<T: DeserializeOwned>(&mut self, text: &str) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(serde_yaml::Deserializer::from_str(text)) {
-            Ok(document) => Some(document),
-            Err(error) => {
-                let path = error.path().to_string();
-                self.push(
-                    if path == "." { String::new() } else { path },
-                    error.into_inner().to_string(),
-                );
-                None
-            }
-        }
-    }
-
-    /// Parses one list item on its own, recording its error under `path`.
-    pub(super) fn item<T: DeserializeOwned>(
-        &mut self,
-        path: &str,
-        value: serde_yaml::Value,
-    ) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(value) {
-            Ok(item) => Some(item),
-            Err(error) => {
-                let inner = error.path().to_string();
-                let full = if inner == "." {
-                    path.to_string()
-                } else {
-                    format!("{path}.{inner}")
-                };
-                self.push(full, error.into_inner().to_string());
-                None
-            }
-        }
+    /// Takes in what another file's collector found (the keys file's).
+    pub(super) fn absorb(&mut self, other: Errors) {
+        self.list.extend(other.list);
     }
 }
 
-/// Parses each item of a list on its own, with its path (`upstreams[2]`).
-pub(super) fn items<T: DeserializeOwned>(
+/// A required field's value; its absence is reported, unless it was written but could not
+/// be read (then that was reported).
+pub(super) fn required<T>(
     errors: &mut Errors,
-    list: &str,
-    values: Vec<serde_yaml::Value>,
-) -> Vec<(String, T)> {
-    values
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, value)| {
-            let path = format!("{list}[{i}]");
-            errors.item::<T>(&path, value).map(|item| (path, item))
-        })
-        .collect()
+    path: String,
+    value: Option<T>,
+    unreadable: bool,
+) -> Option<T> {
+    if value.is_none() && !unreadable {
+        errors.push(path, "is required");
+    }
+    value
 }
 
 /// Names become metric labels and log fields: keep them short and plain.
