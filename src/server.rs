@@ -94,20 +94,29 @@ pub async fn start(
             let echo = Arc::new(crate::echo::Echo {
                 word_delay: Duration::from_millis(20),
             });
-            Some(listen(addr, echo, rest_watch.clone()).await?.0)
+            let bound = listen(addr, echo, rest_watch.clone()).await;
+            Some(
+                bound
+                    .map_err(|e| bind_error("echo_upstream.listen", addr, e))?
+                    .0,
+            )
         }
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
     let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
     let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, proxy));
-    let (addr, _) = listen(config.listen, proxy, clients_watch).await?;
+    let (addr, _) = listen(config.listen, proxy, clients_watch)
+        .await
+        .map_err(|e| bind_error("listen", config.listen, e))?;
     tokio::spawn(crate::upstream::run_checks(
         Arc::clone(&gateway),
         rest_watch.clone(),
     ));
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
-    let (admin_addr, _) = listen(config.admin_listen, admin, rest_watch).await?;
+    let (admin_addr, _) = listen(config.admin_listen, admin, rest_watch)
+        .await
+        .map_err(|e| bind_error("admin_listen", config.admin_listen, e))?;
     Ok(Running {
         addr,
         admin_addr,
@@ -116,6 +125,15 @@ pub async fn start(
         stop_clients,
         stop_rest,
     })
+}
+
+/// A listener that cannot start, named by its setting and address: the system's own
+/// message ("Address already in use") names neither.
+fn bind_error(setting: &str, addr: SocketAddr, error: std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        error.kind(),
+        format!("cannot listen on {addr} (`{setting}`): {error}"),
+    )
 }
 
 impl Running {

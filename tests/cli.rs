@@ -103,6 +103,60 @@ fn key_prints_a_key_and_its_matching_hash_line() {
     );
 }
 
+/// Runs `sluice --config FILE`, which must exit on its own within 30 s.
+fn run_to_exit(config: &std::path::Path) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--config")
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sluice");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice kept running instead of failing to start");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_taken_port_is_reported_with_its_address_and_listener() {
+    let dir = temp_dir("taken-port");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for (listen, admin, setting) in [
+        (
+            format!("127.0.0.1:{port}"),
+            "127.0.0.1:0".to_string(),
+            "listen",
+        ),
+        (
+            "127.0.0.1:0".to_string(),
+            format!("127.0.0.1:{port}"),
+            "admin_listen",
+        ),
+    ] {
+        let path = dir.join(format!("{setting}.yaml"));
+        std::fs::write(&path, format!("listen: {listen}\nadmin_listen: {admin}\n")).unwrap();
+        let output = run_to_exit(&path);
+        assert!(!output.status.success(), "a taken port stops the start");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "cannot listen on 127.0.0.1:{port} (`{setting}`): "
+            )),
+            "the error names the address and the setting: {stderr}"
+        );
+        assert!(stderr.contains("in use"), "and the cause: {stderr}");
+    }
+    drop(taken);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A port that was free a moment ago (the demo's echo backend needs a known port).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
