@@ -18,7 +18,7 @@ mod server;
 mod upstream;
 mod values;
 
-pub use values::parse_size;
+pub use values::{name_problem, parse_size};
 
 use crate::secret::{KeyHash, Secret};
 use pingora::protocols::tls::CaType;
@@ -36,6 +36,20 @@ use values::Errors;
 pub struct ConfigError {
     pub path: String,
     pub message: String,
+}
+
+/// Something valid that is probably a mistake (a key's pattern that matches no model):
+/// shown by `sluice check` and logged at load and reload, never a reason to refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
 }
 
 /// Every problem found in one load.
@@ -79,6 +93,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub models: Vec<ModelConfig>,
     pub keys: Vec<KeyConfig>,
+    /// What a valid configuration probably got wrong, in file order.
+    pub warnings: Vec<ConfigWarning>,
 }
 
 #[derive(Debug, Clone)]
@@ -232,9 +248,16 @@ pub fn parse_with(
         raw.models,
         upstreams_readable.then_some(declared.as_slice()),
     );
-    let keys = key::keys(&mut errors, raw.keys, raw.keys_file.is_some(), keys);
+    let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    let keys = key::keys(
+        &mut errors,
+        raw.keys,
+        raw.keys_file.is_some(),
+        keys,
+        &model_ids,
+    );
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
-    Ok(settings.into_config(upstreams, models, keys))
+    Ok(settings.into_config(upstreams, models, keys, errors.warnings))
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod echo;
 pub mod error;
 pub mod gateway;
+pub mod glob;
 pub mod http_app;
 pub mod limits;
 pub mod logger;

@@ -331,6 +331,38 @@ fn a_credential_is_trimmed_and_one_with_control_characters_is_refused() {
 }
 
 #[test]
+fn key_patterns_that_match_no_model_are_warnings_with_their_path() {
+    let text = format!(
+        r#"
+keys_file: keys.yaml
+upstreams:
+  - {{name: u, url: "http://127.0.0.1:9/v1"}}
+models:
+  - {{id: llama-3, upstream: u}}
+keys:
+  - {{name: fine, sha256: {alpha}, models: ["llama-*"]}}
+  - {{name: typo, sha256: {beta}, models: ["llama-*", "lama-*"]}}
+"#,
+        alpha = key_hash(ALPHA),
+        beta = key_hash(BETA)
+    );
+    let file = format!(
+        "keys:\n  - {{name: nothing, sha256: {}, models: []}}\n",
+        key_hash(DISABLED)
+    );
+    let config = parse("g.yaml", &text, Some(("keys.yaml", &file)), &no_env)
+        .expect("warnings do not refuse a configuration");
+    let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        [
+            "g.yaml: keys[1].models[1]: 'lama-*' matches no model: the key may not use any model through it",
+            "keys.yaml: keys[0].models: lists no pattern: the key may use no model",
+        ]
+    );
+}
+
+#[test]
 fn every_shipped_configuration_loads() {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut checked = 0;

@@ -1,23 +1,26 @@
 //! Keys: those written in `gateway.yaml` and those of the keys file it names, each
-//! checked, then unique by name and by hash across both.
+//! checked, then unique by name and by hash across both. A key whose `models` patterns
+//! match no model is valid but warned about.
 
 use super::parsed::{items, Parsed};
 use super::raw::{RawKey, RawKeysFile};
 use super::values::{check_name, nonzero, required, Errors};
 use super::KeyConfig;
+use crate::glob;
 use crate::secret::KeyHash;
 use std::collections::HashMap;
 
 /// The valid keys, the configuration's own first. `file` is the keys file (its name for
 /// messages, and its text) when one was given; `named` says whether the configuration
-/// names one.
+/// names one. `models` are the IDs of the catalog, for the patterns to be tried on.
 pub(super) fn keys(
     errors: &mut Errors,
     inline: Vec<serde_yaml::Value>,
     named: bool,
     file: Option<(&str, &str)>,
+    models: &[&str],
 ) -> Vec<KeyConfig> {
-    let own = parse_keys(errors, inline);
+    let own = parse_keys(errors, inline, models);
     // Errors inside the keys file name that file, not the configuration.
     let mut file_errors = Errors::new(file.map_or("", |(name, _)| name));
     let from_file = match file {
@@ -29,7 +32,7 @@ pub(super) fn keys(
                 );
             }
             match file_errors.document::<RawKeysFile>(text) {
-                Some(parsed) => parse_keys(&mut file_errors, parsed.raw.keys),
+                Some(parsed) => parse_keys(&mut file_errors, parsed.raw.keys, models),
                 None => Vec::new(),
             }
         }
@@ -94,18 +97,22 @@ fn check_unique(
 }
 
 /// The valid keys of a list, with their paths.
-fn parse_keys(errors: &mut Errors, values: Vec<serde_yaml::Value>) -> Vec<(String, KeyConfig)> {
+fn parse_keys(
+    errors: &mut Errors,
+    values: Vec<serde_yaml::Value>,
+    models: &[&str],
+) -> Vec<(String, KeyConfig)> {
     let raw_keys: Vec<Parsed<RawKey>> = items(errors, "keys", values);
     raw_keys
         .into_iter()
         .filter_map(|parsed| {
             let path = parsed.path.clone();
-            key(errors, parsed).map(|key| (path, key))
+            key(errors, parsed, models).map(|key| (path, key))
         })
         .collect()
 }
 
-fn key(errors: &mut Errors, parsed: Parsed<RawKey>) -> Option<KeyConfig> {
+fn key(errors: &mut Errors, parsed: Parsed<RawKey>, models: &[&str]) -> Option<KeyConfig> {
     let before = errors.list.len();
     let path = parsed.path.as_str();
     let raw = &parsed.raw;
@@ -135,14 +142,7 @@ fn key(errors: &mut Errors, parsed: Parsed<RawKey>) -> Option<KeyConfig> {
         hash
     });
     if let Some(patterns) = &raw.models {
-        for (i, pattern) in patterns.iter().enumerate() {
-            if pattern.is_empty() {
-                errors.push(
-                    format!("{path}.models[{i}]"),
-                    "an empty pattern matches nothing",
-                );
-            }
-        }
+        check_patterns(errors, &parsed.at("models"), patterns, models);
     }
     let requests_per_minute = nonzero(
         errors,
@@ -174,4 +174,26 @@ fn key(errors: &mut Errors, parsed: Parsed<RawKey>) -> Option<KeyConfig> {
         burst,
         max_concurrent,
     })
+}
+
+/// An empty pattern is an error; a pattern that matches no model of the catalog (a typo,
+/// or a model not added yet) is a warning, as is an empty list (the key may use nothing).
+fn check_patterns(errors: &mut Errors, path: &str, patterns: &[String], models: &[&str]) {
+    if patterns.is_empty() {
+        errors.warn(path, "lists no pattern: the key may use no model");
+    }
+    let models: Vec<Vec<char>> = models.iter().map(|id| id.chars().collect()).collect();
+    for (i, pattern) in patterns.iter().enumerate() {
+        if pattern.is_empty() {
+            errors.push(format!("{path}[{i}]"), "an empty pattern matches nothing");
+            continue;
+        }
+        let pattern_chars: Vec<char> = pattern.chars().collect();
+        if !models.iter().any(|id| glob::matches(&pattern_chars, id)) {
+            errors.warn(
+                format!("{path}[{i}]"),
+                format!("'{pattern}' matches no model: the key may not use any model through it"),
+            );
+        }
+    }
 }

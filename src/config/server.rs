@@ -4,7 +4,7 @@
 use super::parsed::Parsed;
 use super::raw::{RawConfig, RawSize};
 use super::values::{duration, nonzero, parse_size, socket_addr, Bounds, Errors};
-use super::{Config, KeyConfig, ModelConfig, UpstreamConfig};
+use super::{Config, ConfigWarning, KeyConfig, ModelConfig, UpstreamConfig};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -38,6 +38,7 @@ impl Settings {
         upstreams: Vec<UpstreamConfig>,
         models: Vec<ModelConfig>,
         keys: Vec<KeyConfig>,
+        warnings: Vec<ConfigWarning>,
     ) -> Config {
         Config {
             listen: self.listen.expect("no error, so it parsed"),
@@ -58,6 +59,7 @@ impl Settings {
             upstreams,
             models,
             keys,
+            warnings,
         }
     }
 }

@@ -1,16 +1,17 @@
 //! The error collector every section reports into, and the scalar checks the sections
 //! share: names, uniqueness, addresses, limits, durations and sizes.
 
-use super::ConfigError;
+use super::{ConfigError, ConfigWarning};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-/// Collects errors about one file while validation goes on.
+/// Collects errors (and warnings) about one file while validation goes on.
 pub(super) struct Errors {
     /// The file the errors are about, as it is named in messages.
     pub(super) file: String,
     pub(super) list: Vec<ConfigError>,
+    pub(super) warnings: Vec<ConfigWarning>,
 }
 
 impl Errors {
@@ -18,6 +19,7 @@ impl Errors {
         Errors {
             file: file.to_string(),
             list: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -38,9 +40,19 @@ impl Errors {
         });
     }
 
+    /// Something valid that is probably not what was meant.
+    pub(super) fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = self.locate(path.into());
+        self.warnings.push(ConfigWarning {
+            path,
+            message: message.into(),
+        });
+    }
+
     /// Takes in what another file's collector found (the keys file's).
     pub(super) fn absorb(&mut self, other: Errors) {
         self.list.extend(other.list);
+        self.warnings.extend(other.warnings);
     }
 }
 
@@ -58,16 +70,22 @@ pub(super) fn required<T>(
     value
 }
 
-/// Names become metric labels and log fields: keep them short and plain.
-pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
+/// What is wrong with `name` as the name of an upstream or a key, if anything. Names
+/// become metric labels and log fields: they stay short and plain. `sluice key --name`
+/// applies the same rule.
+pub fn name_problem(name: &str) -> Option<&'static str> {
     let plain = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if name.is_empty() || name.len() > 64 || !plain {
-        errors.push(
-            path,
-            "must be 1-64 characters of letters, digits, '-', '_' or '.'",
-        );
+        return Some("must be 1-64 characters of letters, digits, '-', '_' or '.'");
+    }
+    None
+}
+
+pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
+    if let Some(problem) = name_problem(name) {
+        errors.push(path, problem);
     }
 }
 
