@@ -2,21 +2,23 @@
 //!
 //! Loading takes text, never a path (`load_files` is the thin wrapper that reads them), so
 //! tests, `sluice check` and the reloader share one path. Each list item is parsed on its
-//! own, so one bad upstream does not hide the errors of the next.
+//! own, and a field that cannot be read is reported and left out of the rest of the
+//! checks, so every real error comes out once, all at once.
 //!
 //! This module holds the validated types and the entry points. Each section of
 //! `gateway.yaml` is validated in its own submodule: `server` (the top-level settings),
-//! `upstream`, `model` and `key`, from the serde shapes in `raw`, with the error collector
-//! and scalar checks of `values`.
+//! `upstream`, `model` and `key`, from the serde shapes in `raw` as `parsed` reads them,
+//! with the error collector and scalar checks of `values`.
 
 mod key;
 mod model;
+mod parsed;
 mod raw;
 mod server;
 mod upstream;
 mod values;
 
-pub use values::parse_size;
+pub use values::{name_problem, parse_size};
 
 use crate::secret::{KeyHash, Secret};
 use pingora::protocols::tls::CaType;
@@ -34,6 +36,20 @@ use values::Errors;
 pub struct ConfigError {
     pub path: String,
     pub message: String,
+}
+
+/// Something valid that is probably a mistake (a key's pattern that matches no model):
+/// shown by `sluice check` and logged at load and reload, never a reason to refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
 }
 
 /// Every problem found in one load.
@@ -83,6 +99,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub models: Vec<ModelConfig>,
     pub keys: Vec<KeyConfig>,
+    /// What a valid configuration probably got wrong, in file order.
+    pub warnings: Vec<ConfigWarning>,
 }
 
 #[derive(Debug, Clone)]
@@ -240,16 +258,30 @@ pub fn parse_with(
     lookup: HostLookup,
 ) -> Result<Config, ConfigErrors> {
     let mut errors = Errors::new(file);
-    let Some(raw) = errors.document::<RawConfig>(text) else {
+    let Some(parsed) = errors.document::<RawConfig>(text) else {
         return Err(ConfigErrors(errors.list));
     };
     // Section by section: the errors come out in this order.
-    let settings = server::settings(&mut errors, &raw);
+    let settings = server::settings(&mut errors, &parsed);
+    // A list that could not be read was reported; what refers to it is not checked.
+    let upstreams_readable = !parsed.unreadable("upstreams");
+    let raw = parsed.raw;
     let (upstreams, declared) = upstream::upstreams(&mut errors, raw.upstreams, env, lookup);
-    let models = model::models(&mut errors, raw.models, &declared);
-    let keys = key::keys(&mut errors, raw.keys, raw.keys_file.is_some(), keys);
+    let models = model::models(
+        &mut errors,
+        raw.models,
+        upstreams_readable.then_some(declared.as_slice()),
+    );
+    let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    let keys = key::keys(
+        &mut errors,
+        raw.keys,
+        raw.keys_file.is_some(),
+        keys,
+        &model_ids,
+    );
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
-    Ok(settings.into_config(upstreams, models, keys))
+    Ok(settings.into_config(upstreams, models, keys, errors.warnings))
 }

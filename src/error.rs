@@ -31,6 +31,10 @@ pub enum RequestError {
     InvalidJson {
         detail: String,
     },
+    /// The body's top-level object names `key` twice (also `invalid_json`).
+    RepeatedKey {
+        key: String,
+    },
     MissingParameter {
         param: &'static str,
     },
@@ -74,6 +78,7 @@ impl RequestError {
         match self {
             InvalidJson { .. }
             | InvalidRequest { .. }
+            | RepeatedKey { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
@@ -120,7 +125,7 @@ impl RequestError {
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
-            InvalidJson { .. } => "invalid_json",
+            InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
             InvalidRequest { .. } => "invalid_request",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
@@ -144,6 +149,7 @@ impl RequestError {
             MissingParameter { param } | CapabilityNotSupported { param, .. } => Some(param),
             InvalidParameter { param, .. } => Some(param),
             ModelNotFound { .. } => Some("model"),
+            RepeatedKey { key } => Some(bounded(key)),
             _ => None,
         }
     }
@@ -162,7 +168,7 @@ impl RequestError {
     }
 
     /// One sentence the user can act on. Never contains a secret: the only client text
-    /// quoted is a model ID, cut to a bounded length.
+    /// quoted is a model ID or a key of the body, cut to a bounded length.
     pub fn message(&self) -> String {
         use RequestError::*;
         match self {
@@ -191,15 +197,19 @@ impl RequestError {
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
+            RepeatedKey { key } => format!(
+                "The request body names '{}' more than once; send each top-level key once.",
+                bounded(key)
+            ),
             MissingParameter { param } => format!("Missing required parameter: '{param}'."),
             InvalidParameter { message, .. } => message.clone(),
             CapabilityNotSupported { model, capability, .. } => format!(
                 "The model '{}' does not support {capability}.",
-                quote(model)
+                bounded(model)
             ),
             ModelNotFound { model } => format!(
                 "The model '{}' does not exist or you do not have access to it.",
-                quote(model)
+                bounded(model)
             ),
             Internal => "The gateway failed to handle the request. Report the x-request-id.".into(),
             UpstreamUnavailable => "The model's backend could not be reached.".into(),
@@ -218,8 +228,11 @@ impl RequestError {
     }
 }
 
-fn quote(text: &str) -> String {
-    text.chars().take(MAX_QUOTED_CHARS).collect()
+/// `text` cut to [`MAX_QUOTED_CHARS`] characters.
+fn bounded(text: &str) -> &str {
+    text.char_indices()
+        .nth(MAX_QUOTED_CHARS)
+        .map_or(text, |(end, _)| &text[..end])
 }
 
 #[cfg(test)]
@@ -280,5 +293,23 @@ mod tests {
             "message stays short: {} bytes",
             message.len()
         );
+    }
+
+    #[test]
+    fn a_repeated_key_is_invalid_json_naming_the_key_boundedly() {
+        let error = RequestError::RepeatedKey {
+            key: "model".into(),
+        };
+        assert_eq!((error.status(), error.code()), (400, "invalid_json"));
+        assert_eq!(error.param(), Some("model"));
+        assert!(error.message().contains("'model'"), "{}", error.message());
+        let long = RequestError::RepeatedKey {
+            key: "é".repeat(10_000),
+        };
+        assert_eq!(
+            long.param().map(|p| p.chars().count()),
+            Some(MAX_QUOTED_CHARS)
+        );
+        assert!(long.message().len() < 400, "message stays short");
     }
 }

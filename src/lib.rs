@@ -11,6 +11,7 @@ pub mod connection;
 pub mod echo;
 pub mod error;
 pub mod gateway;
+pub mod glob;
 pub mod http_app;
 pub mod limits;
 pub mod logger;

@@ -11,7 +11,7 @@ use rand::RngCore;
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
 use sluice::clock::MonotonicClock;
-use sluice::config::{load_files, load_files_with, Config, HostLookup};
+use sluice::config::{load_files, load_files_with, name_problem, Config, HostLookup};
 use sluice::gateway::Gateway;
 use sluice::reload::{Reloader, Trigger};
 use sluice::secret::KeyHash;
@@ -41,8 +41,8 @@ enum Command {
     },
     /// Print a new random API key and the `sha256:` line to paste into the configuration.
     Key {
-        /// The key's name in the configuration.
-        #[arg(long, default_value = "my-key")]
+        /// The key's name in the configuration (the rule `check` applies to key names).
+        #[arg(long, default_value = "my-key", value_parser = key_name)]
         name: String,
     },
     /// Run only the built-in echo backend (for benchmarks and trials).
@@ -68,14 +68,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--name` of `sluice key`, refused here rather than in the line `check` would reject.
+fn key_name(name: &str) -> Result<String, String> {
+    match name_problem(name) {
+        Some(problem) => Err(format!("a key name {problem}")),
+        None => Ok(name.to_string()),
+    }
+}
+
 fn check(path: &Path, no_resolve: bool) -> ExitCode {
     let lookup = if no_resolve {
         HostLookup::Skip
     } else {
         HostLookup::Resolve
     };
-    match load_files_with(path, lookup).map(|config| Catalog::build(&config, 1)) {
-        Ok(catalog) => {
+    let loaded = load_files_with(path, lookup).map(|config| {
+        let catalog = Catalog::build(&config, 1);
+        (config, catalog)
+    });
+    match loaded {
+        Ok((config, catalog)) => {
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             println!(
                 "{}: OK ({} upstreams, generation {})",
                 path.display(),
@@ -101,7 +116,8 @@ fn print_key(name: &str) {
     );
     let hash = KeyHash::of(key.as_bytes()).to_hex();
     println!("key:    {key}");
-    println!("config: - {{name: {name}, sha256: {hash}}}");
+    // Quoted: a plain name like `null` or `1e3` would be read as something else.
+    println!("config: - {{name: '{name}', sha256: {hash}}}");
     eprintln!("Give the key to its user; only the sha256 line goes into the configuration.");
 }
 
@@ -142,6 +158,7 @@ fn run(path: &Path) -> ExitCode {
         }
     };
     sluice::logger::init(config.log_level);
+    sluice::reload::log_warnings(&config);
     let catalog = Catalog::build(&config, 1);
     let result = runtime(config.threads).and_then(|rt| {
         let served = rt.block_on(serve(path, config, catalog));

@@ -67,6 +67,7 @@ impl Reloader {
                 for setting in restart_only_changes(&running, &config) {
                     log::warn!(target: "sluice::reload", setting; "setting changed but needs a restart to take effect");
                 }
+                log_warnings(&config);
                 self.gateway
                     .swap_catalog(Catalog::build(&config, generation));
                 self.gateway
@@ -121,6 +122,19 @@ impl Reloader {
             })
             .await;
         }
+    }
+}
+
+/// Logs what a valid configuration probably got wrong (`sluice check` prints the same),
+/// at startup and on every reload that takes it.
+pub fn log_warnings(config: &Config) {
+    for warning in &config.warnings {
+        log::warn!(
+            target: "sluice::config",
+            path:% = warning.path,
+            problem:% = warning.message;
+            "configuration warning"
+        );
     }
 }
 

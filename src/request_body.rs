@@ -3,15 +3,99 @@
 //! Only the fields the gateway decides on are read (`model`, `messages`, `stream`, `tools`,
 //! `functions`); everything else passes through as the client sent it. Values are borrowed
 //! from the body, so a 4 MiB prompt is validated without being copied.
+//!
+//! A top-level key written twice is refused: JSON parsers disagree on which copy wins, and
+//! the upstream must never act on a `model`, `stream` or `tools` other than the one checked.
 
 use crate::error::RequestError;
 use bytes::{Bytes, BytesMut};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
+use std::fmt;
 use std::ops::Range;
 
-type Object<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
+/// A JSON object's members, each value borrowed from the body, keys borrowed unless they
+/// hold escapes. `repeated` is the first key that appeared a second time (the first copy's
+/// value is kept; the object is refused anyway where that matters).
+struct Object<'a> {
+    members: HashMap<Cow<'a, str>, &'a RawValue>,
+    repeated: Option<Cow<'a, str>>,
+}
+
+impl<'a> Object<'a> {
+    fn get(&self, key: &str) -> Option<&&'a RawValue> {
+        self.members.get(key)
+    }
+}
+
+impl<'de> Deserialize<'de> for Object<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ObjectVisitor)
+    }
+}
+
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Object<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<'de>, A::Error> {
+        let mut members = HashMap::with_capacity(map.size_hint().unwrap_or(8));
+        let mut repeated = None;
+        while let Some(MemberName(name)) = map.next_key()? {
+            let value: &'de RawValue = map.next_value()?;
+            match members.entry(name) {
+                Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                Entry::Occupied(first) => {
+                    if repeated.is_none() {
+                        repeated = Some(first.key().clone());
+                    }
+                }
+            }
+        }
+        Ok(Object { members, repeated })
+    }
+}
+
+/// A member name, borrowed from the body when it holds no escape (serde's own `Cow<str>`
+/// always copies).
+struct MemberName<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for MemberName<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(MemberNameVisitor)
+    }
+}
+
+struct MemberNameVisitor;
+
+impl<'de> Visitor<'de> for MemberNameVisitor {
+    type Value = MemberName<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, name: &'de str) -> Result<MemberName<'de>, E> {
+        Ok(MemberName(Cow::Borrowed(name)))
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<MemberName<'de>, E> {
+        Ok(MemberName(Cow::Owned(name.to_owned())))
+    }
+
+    fn visit_string<E>(self, name: String) -> Result<MemberName<'de>, E> {
+        Ok(MemberName(Cow::Owned(name)))
+    }
+}
 
 /// What the gateway needs to know about a chat completion request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +154,11 @@ pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
             ),
         },
     })?;
+    if let Some(key) = object.repeated {
+        return Err(RequestError::RepeatedKey {
+            key: key.into_owned(),
+        });
+    }
 
     let raw_model = *object
         .get("model")
@@ -286,6 +375,51 @@ mod tests {
             &renamed[..],
             &br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "org/a \"long\" name" , "x":1}"#[..]
         );
+    }
+
+    #[test]
+    fn a_repeated_top_level_key_is_invalid_json_naming_it() {
+        for (body, key) in [
+            (
+                r#"{"model":"secret","messages":[{"role":"user","content":"a"}],"model":"m"}"#,
+                "model",
+            ),
+            (
+                r#"{"model":"m","stream":false,"messages":[{"role":"user","content":"a"}],"stream":true}"#,
+                "stream",
+            ),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[],"tools":[{"type":"function"}]}"#,
+                "tools",
+            ),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"a"}],"top_p":1,"top_p":1}"#,
+                "top_p",
+            ),
+            // The same key written once with an escape: parsers decode it, so it repeats.
+            (
+                r#"{"model":"secret","messages":[{"role":"user","content":"a"}],"mod\u0065l":"m"}"#,
+                "model",
+            ),
+        ] {
+            let error = inspect(body.as_bytes()).unwrap_err();
+            assert_eq!(error.code(), "invalid_json", "{body}");
+            assert_eq!(error.param(), Some(key), "{body}");
+        }
+    }
+
+    #[test]
+    fn nested_objects_may_repeat_keys() {
+        let body = r#"{"model":"m","messages":[{"role":"user","role":"user","content":"a"}],"metadata":{"a":1,"a":2}}"#;
+        assert!(inspect(body.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn member_names_with_escapes_are_read() {
+        let request =
+            inspect(br#"{"mod\u0065l":"m","messages":[{"r\u006fle":"user","content":"a"}]}"#)
+                .unwrap();
+        assert_eq!(request.model, "m");
     }
 
     #[test]

@@ -140,9 +140,10 @@ pub async fn start(
             let echo = Arc::new(crate::echo::Echo {
                 word_delay: Duration::from_millis(20),
             });
+            let bound = listen(addr, echo, ClientPolicy::standard(), rest_watch.clone()).await;
             Some(
-                listen(addr, echo, ClientPolicy::standard(), rest_watch.clone())
-                    .await?
+                bound
+                    .map_err(|e| bind_error("echo_upstream.listen", addr, e))?
                     .0,
             )
         }
@@ -157,7 +158,9 @@ pub async fn start(
         max_connections: config.max_connections.get() as usize,
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
-    let (addr, _) = listen(config.listen, proxy, clients, clients_watch).await?;
+    let (addr, _) = listen(config.listen, proxy, clients, clients_watch)
+        .await
+        .map_err(|e| bind_error("listen", config.listen, e))?;
     tokio::spawn(crate::upstream::run_checks(
         Arc::clone(&gateway),
         rest_watch.clone(),
@@ -169,7 +172,8 @@ pub async fn start(
         ClientPolicy::standard(),
         rest_watch,
     )
-    .await?;
+    .await
+    .map_err(|e| bind_error("admin_listen", config.admin_listen, e))?;
     Ok(Running {
         addr,
         admin_addr,
@@ -178,6 +182,15 @@ pub async fn start(
         stop_clients,
         stop_rest,
     })
+}
+
+/// A listener that cannot start, named by its setting and address: the system's own
+/// message ("Address already in use") names neither.
+fn bind_error(setting: &str, addr: SocketAddr, error: std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        error.kind(),
+        format!("cannot listen on {addr} (`{setting}`): {error}"),
+    )
 }
 
 impl Running {

@@ -103,6 +103,112 @@ fn key_prints_a_key_and_its_matching_hash_line() {
     );
 }
 
+#[test]
+fn check_prints_warnings_and_still_passes() {
+    let dir = temp_dir("check-warnings");
+    let path = dir.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "upstreams:\n  - {{name: u, url: \"http://127.0.0.1:9/v1\"}}\nmodels:\n  - {{id: m, upstream: u}}\nkeys:\n  - {{name: k, sha256: {}, models: [\"gpt-*\"]}}\n",
+            key_hash(ALPHA)
+        ),
+    )
+    .unwrap();
+    let output = sluice(&["check", "--config", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "a warning is not an error: {stderr}"
+    );
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("gateway.yaml: keys[0].models[0]: 'gpt-*' matches no model"),
+        "check names the pattern and its path: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn key_refuses_a_name_the_configuration_would_refuse() {
+    let output = sluice(&["key", "--name", "bad name!"]);
+    assert!(!output.status.success(), "a bad name fails at once");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("sha256"),
+        "no configuration line is printed: {stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("'bad name!'")
+            && stderr.contains("must be 1-64 characters of letters, digits, '-', '_' or '.'"),
+        "the message names the value and the rule: {stderr}"
+    );
+    // A name that is valid but reads as YAML null still makes a line `check` accepts.
+    let output = sluice(&["key", "--name", "null"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("config:"))
+        .unwrap();
+    let parsed: serde_yaml::Value = serde_yaml::from_str(line.trim()).unwrap();
+    assert_eq!(parsed[0]["name"].as_str(), Some("null"));
+}
+
+/// Runs `sluice --config FILE`, which must exit on its own within 30 s.
+fn run_to_exit(config: &std::path::Path) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--config")
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sluice");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice kept running instead of failing to start");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_taken_port_is_reported_with_its_address_and_listener() {
+    let dir = temp_dir("taken-port");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for (listen, admin, setting) in [
+        (
+            format!("127.0.0.1:{port}"),
+            "127.0.0.1:0".to_string(),
+            "listen",
+        ),
+        (
+            "127.0.0.1:0".to_string(),
+            format!("127.0.0.1:{port}"),
+            "admin_listen",
+        ),
+    ] {
+        let path = dir.join(format!("{setting}.yaml"));
+        std::fs::write(&path, format!("listen: {listen}\nadmin_listen: {admin}\n")).unwrap();
+        let output = run_to_exit(&path);
+        assert!(!output.status.success(), "a taken port stops the start");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "cannot listen on 127.0.0.1:{port} (`{setting}`): "
+            )),
+            "the error names the address and the setting: {stderr}"
+        );
+        assert!(stderr.contains("in use"), "and the cause: {stderr}");
+    }
+    drop(taken);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     let dir = temp_dir("demo");

@@ -207,6 +207,44 @@ async fn body_errors_follow_the_table() {
 }
 
 #[tokio::test]
+async fn a_repeated_top_level_key_is_invalid_json_and_reaches_no_upstream() {
+    let (mock, gw) = gateway().await;
+    // beta may use public-* only: a parser that keeps the first copy would run chat-model.
+    let smuggled =
+        r#"{"model":"chat-model","messages":[{"role":"user","content":"x"}],"model":"public-one"}"#;
+    let padding = "p".repeat(200 << 10);
+    let large = format!(
+        r#"{{"model":"public-one","stream":true,"messages":[{{"role":"user","content":"{padding}"}}],"stream":false}}"#
+    );
+    for (body, key) in [(smuggled.to_string(), "model"), (large, "stream")] {
+        let response = chat(gw.addr(), BETA, &body).await;
+        assert_eq!(
+            response.error(),
+            (
+                400,
+                "invalid_request_error".into(),
+                "invalid_json".into(),
+                serde_json::Value::from(key)
+            ),
+            "a repeated `{key}` is refused, param names it: {}",
+            response.text()
+        );
+        assert!(
+            response.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("'{key}'")),
+            "the message names the key: {}",
+            response.text()
+        );
+    }
+    assert!(
+        mock.requests().is_empty(),
+        "no body with a repeated key reaches the upstream"
+    );
+}
+
+#[tokio::test]
 async fn a_chunked_body_over_the_limit_is_413() {
     let mock = MockUpstream::start().await;
     let gw = TestGateway::start(&config_with(&mock.url(), "max_body_bytes: 1KiB")).await;

@@ -180,6 +180,55 @@ async fn an_invalid_file_keeps_the_old_catalog_and_counts_the_failure() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[tokio::test]
+async fn a_reload_logs_the_warnings_of_the_new_configuration() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("reload-warnings");
+    let path = dir.join("gateway.yaml");
+    let text = file_config(&mock.url());
+    std::fs::write(&path, &text).unwrap();
+    let process = GatewayProcess::start(&path, &[]);
+    assert!(
+        !process.stderr().contains("configuration warning"),
+        "the standard catalog has nothing to warn about"
+    );
+    let key = format!(
+        "keys:\n  - name: typo\n    sha256: {}\n    models: [\"pubic-*\"]\n",
+        key_hash(NEW_KEY)
+    );
+    replace_by_rename(&path, &text.replace("keys:\n", &key));
+    within(
+        Duration::from_secs(5),
+        "the warning in the reload log",
+        || async { process.stderr().contains("configuration warning") },
+    )
+    .await;
+    let (_, _, stderr) = process.stop();
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("configuration warning"))
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(warning).unwrap();
+    assert_eq!(record["level"], "warn");
+    assert!(
+        record["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("gateway.yaml: keys[0].models[0]")),
+        "the warning names the pattern's path: {warning}"
+    );
+    assert!(
+        record["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("'pubic-*' matches no model")),
+        "{warning}"
+    );
+    assert!(
+        stderr.contains("configuration reloaded"),
+        "a warning does not stop the reload: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_reloads_under_load_fail_no_request() {
     let mock = MockUpstream::start().await;

@@ -1,56 +1,77 @@
 //! Models: the targets each one routes to (one `upstream`, or weighted `targets`), its
 //! endpoint type and its capabilities.
 
+use super::parsed::{items, Parsed};
 use super::raw::{RawModel, RawTarget};
-use super::values::{check_unique, items, Errors};
+use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
 use std::num::NonZeroU32;
 
-/// The valid models. `upstreams` names every upstream that parsed, valid or not.
+/// The valid models. `upstreams` names every upstream that was read, valid or not; `None`
+/// when the `upstreams` list itself could not be read, so no reference can be checked.
 pub(super) fn models(
     errors: &mut Errors,
     values: Vec<serde_yaml::Value>,
-    upstreams: &[String],
+    upstreams: Option<&[String]>,
 ) -> Vec<ModelConfig> {
-    let raw_models: Vec<(String, RawModel)> = items(errors, "models", values);
-    check_unique(
-        errors,
-        "models",
-        raw_models.iter().map(|(_, m)| m.id.as_str()),
-        "id",
-    );
+    let raw_models: Vec<Parsed<RawModel>> = items(errors, "models", values);
+    let ids: Vec<&str> = raw_models
+        .iter()
+        .filter_map(|m| m.raw.id.as_deref())
+        .collect();
+    check_unique(errors, "models", ids.into_iter(), "id");
     raw_models
         .into_iter()
-        .filter_map(|(path, raw)| model(errors, &path, raw, upstreams))
+        .filter_map(|parsed| model(errors, parsed, upstreams))
         .collect()
 }
 
 fn model(
     errors: &mut Errors,
-    path: &str,
-    raw: RawModel,
-    upstreams: &[String],
+    parsed: Parsed<RawModel>,
+    upstreams: Option<&[String]>,
 ) -> Option<ModelConfig> {
     let before = errors.list.len();
-    if raw.id.is_empty() || raw.id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    let path = parsed.path.clone();
+    let id = required(
+        errors,
+        parsed.at("id"),
+        parsed.raw.id.clone(),
+        parsed.unreadable("id"),
+    );
+    if id
+        .as_deref()
+        .is_some_and(|id| id.is_empty() || id.chars().any(|c| c.is_control() || c.is_whitespace()))
+    {
         errors.push(
-            format!("{path}.id"),
+            parsed.at("id"),
             "must be non-empty, without spaces or control characters",
         );
     }
-    let single = raw.upstream.is_some();
-    let written = written_targets(errors, path, raw.upstream, raw.upstream_model, raw.targets);
-    let targets = targets(errors, path, single, written, upstreams);
+    let single = parsed.raw.upstream.is_some();
+    // A `targets` or `upstream` that could not be read was reported: no "needs" error too.
+    let unreadable_route = parsed.unreadable("upstream") || parsed.unreadable("targets");
+    let intact = !parsed.has_unreadable();
+    let Parsed { raw, .. } = parsed;
+    let written = written_targets(
+        errors,
+        &path,
+        raw.upstream,
+        raw.upstream_model,
+        raw.targets,
+        unreadable_route,
+    );
+    let targets = targets(errors, &path, single, written, upstreams);
     let endpoint_type = raw.endpoint_type.unwrap_or_else(|| "chat".into());
     if endpoint_type != "chat" {
         errors.push(format!("{path}.endpoint_type"), "only `chat` is served");
     }
-    let (streaming, tool_calling) = capabilities(errors, path, &raw.capabilities);
-    if errors.list.len() > before {
+    let (streaming, tool_calling) = capabilities(errors, &path, &raw.capabilities);
+    if errors.list.len() > before || !intact {
         return None;
     }
     Some(ModelConfig {
-        id: raw.id,
+        id: id?,
         targets,
         endpoint_type,
         streaming,
@@ -68,10 +89,11 @@ fn written_targets(
     upstream: Option<String>,
     upstream_model: Option<String>,
     targets: Option<Vec<RawTarget>>,
+    unreadable: bool,
 ) -> Vec<RawTarget> {
     match (upstream, targets) {
         (Some(upstream), None) => vec![RawTarget {
-            upstream,
+            upstream: Some(upstream),
             weight: None,
             upstream_model,
         }],
@@ -96,7 +118,9 @@ fn written_targets(
             Vec::new()
         }
         (None, None) => {
-            errors.push(path.to_string(), "needs `upstream` or `targets`");
+            if !unreadable {
+                errors.push(path.to_string(), "needs `upstream` or `targets`");
+            }
             Vec::new()
         }
     }
@@ -109,7 +133,7 @@ fn targets(
     path: &str,
     single: bool,
     written: Vec<RawTarget>,
-    upstreams: &[String],
+    upstreams: Option<&[String]>,
 ) -> Vec<TargetConfig> {
     written
         .into_iter()
@@ -120,22 +144,27 @@ fn targets(
             } else {
                 format!("{path}.targets[{i}]")
             };
-            if !upstreams.contains(&target.upstream) {
-                errors.push(
-                    format!("{target_path}.upstream"),
-                    format!("no upstream is named '{}'", target.upstream),
-                );
-            }
-            let weight = match NonZeroU32::new(target.weight.unwrap_or(1)) {
-                Some(weight) => weight,
-                None => {
-                    errors.push(format!("{target_path}.weight"), "must be at least 1");
-                    return None;
+            let upstream = required(
+                errors,
+                format!("{target_path}.upstream"),
+                target.upstream,
+                false,
+            );
+            if let (Some(upstream), Some(names)) = (&upstream, upstreams) {
+                if !names.contains(upstream) {
+                    errors.push(
+                        format!("{target_path}.upstream"),
+                        format!("no upstream is named '{upstream}'"),
+                    );
                 }
-            };
+            }
+            let weight = NonZeroU32::new(target.weight.unwrap_or(1));
+            if weight.is_none() {
+                errors.push(format!("{target_path}.weight"), "must be at least 1");
+            }
             Some(TargetConfig {
-                upstream: target.upstream,
-                weight,
+                upstream: upstream?,
+                weight: weight?,
                 upstream_model: target.upstream_model,
             })
         })

@@ -1,5 +1,7 @@
 //! The serde shapes of `gateway.yaml` and the keys file, exactly as written; every struct
 //! denies unknown fields, so a misspelt key is an error with its path, never ignored.
+//! Required fields are `Option`s too: validation reports one that is missing, unless it
+//! was written but could not be read (`parsed::Parsed::unreadable`), already reported.
 
 use serde::Deserialize;
 
@@ -57,8 +59,8 @@ pub(super) struct RawKeysFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
-    pub(super) name: String,
-    pub(super) url: String,
+    pub(super) name: Option<String>,
+    pub(super) url: Option<String>,
     pub(super) ca_file: Option<String>,
     pub(super) api_key_env: Option<String>,
     pub(super) connect_timeout: Option<String>,
@@ -78,7 +80,7 @@ pub(super) struct RawUpstream {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawModel {
-    pub(super) id: String,
+    pub(super) id: Option<String>,
     pub(super) upstream: Option<String>,
     pub(super) upstream_model: Option<String>,
     pub(super) targets: Option<Vec<RawTarget>>,
@@ -92,7 +94,7 @@ pub(super) struct RawModel {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTarget {
-    pub(super) upstream: String,
+    pub(super) upstream: Option<String>,
     pub(super) weight: Option<u32>,
     pub(super) upstream_model: Option<String>,
 }
@@ -100,8 +102,8 @@ pub(super) struct RawTarget {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawKey {
-    pub(super) name: String,
-    pub(super) sha256: String,
+    pub(super) name: Option<String>,
+    pub(super) sha256: Option<String>,
     pub(super) enabled: Option<bool>,
     pub(super) models: Option<Vec<String>>,
     pub(super) requests_per_minute: Option<u32>,

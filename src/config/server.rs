@@ -1,9 +1,10 @@
 //! The top-level settings of `gateway.yaml`: listeners, body limit, hosts, threads, the
 //! gateway-wide cap, timeouts, retries, the reload watch, log level and the echo backend.
 
+use super::parsed::Parsed;
 use super::raw::{RawConfig, RawSize};
-use super::values::{duration, nonzero, parse_size, socket_addr, Errors};
-use super::{Config, KeyConfig, ModelConfig, UpstreamConfig};
+use super::values::{duration, nonzero, parse_size, socket_addr, Bounds, Errors};
+use super::{Config, ConfigWarning, KeyConfig, ModelConfig, UpstreamConfig};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ impl Settings {
         upstreams: Vec<UpstreamConfig>,
         models: Vec<ModelConfig>,
         keys: Vec<KeyConfig>,
+        warnings: Vec<ConfigWarning>,
     ) -> Config {
         Config {
             listen: self.listen.expect("no error, so it parsed"),
@@ -66,13 +68,15 @@ impl Settings {
             upstreams,
             models,
             keys,
+            warnings,
         }
     }
 }
 
 /// Checks the top-level settings, in the order their errors are reported.
-pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
-    let (listen, admin_listen) = listeners(errors, raw);
+pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Settings {
+    let raw = &parsed.raw;
+    let (listen, admin_listen) = listeners(errors, parsed);
     let max_body_bytes = body_limit(errors, raw.max_body_bytes.as_ref());
     let threads = threads(errors, raw.threads);
     let max_concurrent = nonzero(errors, "max_concurrent", raw.max_concurrent);
@@ -81,24 +85,28 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         "shutdown_grace",
         raw.shutdown_grace.as_deref(),
         Duration::from_secs(30),
+        Bounds::LONG,
     );
     let client_timeout = duration(
         errors,
         "client_timeout",
         raw.client_timeout.as_deref(),
         Duration::from_secs(60),
+        Bounds::LONG,
     );
     let client_header_timeout = duration(
         errors,
         "client_header_timeout",
         raw.client_header_timeout.as_deref(),
         Duration::from_secs(10),
+        Bounds::WAIT,
     );
     let client_idle_timeout = duration(
         errors,
         "client_idle_timeout",
         raw.client_idle_timeout.as_deref(),
         Duration::from_secs(60),
+        Bounds::LONG,
     );
     let max_connections = match raw.max_connections.map(NonZeroU32::new) {
         None => DEFAULT_MAX_CONNECTIONS,
@@ -117,6 +125,7 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         "watch_interval",
         raw.watch_interval.as_deref(),
         Duration::from_millis(500),
+        Bounds::WATCH,
     );
     let log_level = log_level(errors, raw.log_level.as_deref());
     let echo_upstream = raw
@@ -134,31 +143,37 @@ pub(super) fn settings(errors: &mut Errors, raw: &RawConfig) -> Settings {
         hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
         threads,
         max_concurrent,
-        shutdown_grace,
-        client_timeout,
-        client_header_timeout,
-        client_idle_timeout,
+        shutdown_grace: shutdown_grace.unwrap_or_default(),
+        client_timeout: client_timeout.unwrap_or_default(),
+        client_header_timeout: client_header_timeout.unwrap_or_default(),
+        client_idle_timeout: client_idle_timeout.unwrap_or_default(),
         max_connections,
         retry_attempts,
         retry_backoff,
-        watch_interval,
+        watch_interval: watch_interval.unwrap_or_default(),
         log_level,
         echo_upstream,
         keys_file: raw.keys_file.as_deref().map(PathBuf::from),
     }
 }
 
-/// The client and admin listeners, which must not share a port.
-fn listeners(errors: &mut Errors, raw: &RawConfig) -> (Option<SocketAddr>, Option<SocketAddr>) {
-    let listen = socket_addr(
-        errors,
-        "listen",
-        raw.listen.as_deref().unwrap_or("0.0.0.0:8080"),
-    );
-    let admin_listen = socket_addr(
-        errors,
+/// The client and admin listeners, which must not share a port. One that could not be
+/// read is `None`: its default is no stand-in for what was written.
+fn listeners(
+    errors: &mut Errors,
+    parsed: &Parsed<RawConfig>,
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let mut listener = |field: &str, written: Option<&str>, default: &str| {
+        if parsed.unreadable(field) {
+            return None;
+        }
+        socket_addr(errors, field, written.unwrap_or(default))
+    };
+    let listen = listener("listen", parsed.raw.listen.as_deref(), "0.0.0.0:8080");
+    let admin_listen = listener(
         "admin_listen",
-        raw.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+        parsed.raw.admin_listen.as_deref(),
+        "127.0.0.1:9090",
     );
     if let (Some(client), Some(admin)) = (listen, admin_listen) {
         if client == admin && client.port() != 0 {
@@ -219,8 +234,9 @@ fn retries(errors: &mut Errors, raw: &RawConfig) -> (u32, Duration) {
         "retry_backoff",
         raw.retry_backoff.as_deref(),
         Duration::from_millis(50),
+        Bounds::BACKOFF,
     );
-    (retry_attempts, retry_backoff)
+    (retry_attempts, retry_backoff.unwrap_or_default())
 }
 
 fn log_level(errors: &mut Errors, text: Option<&str>) -> log::LevelFilter {

@@ -1,8 +1,11 @@
 //! Upstreams: the URL checked and its host resolved, the private CA file, the credential
 //! from the environment, the timeouts and the protection policy.
 
+use super::parsed::{items, Parsed};
 use super::raw::RawUpstream;
-use super::values::{check_name, check_unique, duration, items, nonzero, Errors};
+use super::values::{
+    check_name, check_unique, duration, nonzero, optional_duration, required, Bounds, Errors,
+};
 use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
 use pingora::protocols::tls::CaType;
@@ -13,37 +16,62 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The valid upstreams, and the names of all that parsed (valid or not) for the models
-/// to refer to.
+/// The valid upstreams, and the names of all that were read (valid or not) for the
+/// models to refer to.
 pub(super) fn upstreams(
     errors: &mut Errors,
     values: Vec<serde_yaml::Value>,
     env: &dyn Fn(&str) -> Option<String>,
     lookup: HostLookup,
 ) -> (Vec<UpstreamConfig>, Vec<String>) {
-    // Names are checked on every item that parsed, valid or not, so one bad upstream
+    // Names are checked on every item that was read, valid or not, so one bad upstream
     // does not also turn up as "no upstream named ..." in each model that uses it.
-    let raw_upstreams: Vec<(String, RawUpstream)> = items(errors, "upstreams", values);
-    let upstream_names: Vec<&str> = raw_upstreams.iter().map(|(_, u)| u.name.as_str()).collect();
-    check_unique(errors, "upstreams", upstream_names.iter().copied(), "name");
-    let declared: Vec<String> = upstream_names.iter().map(|n| n.to_string()).collect();
+    let raw_upstreams: Vec<Parsed<RawUpstream>> = items(errors, "upstreams", values);
+    let declared: Vec<String> = raw_upstreams
+        .iter()
+        .filter_map(|u| u.raw.name.clone())
+        .collect();
+    check_unique(
+        errors,
+        "upstreams",
+        declared.iter().map(String::as_str),
+        "name",
+    );
     let upstreams = raw_upstreams
         .into_iter()
-        .filter_map(|(path, raw)| upstream(errors, &path, raw, env, lookup))
+        .filter_map(|parsed| upstream(errors, parsed, env, lookup))
         .collect();
     (upstreams, declared)
 }
 
 fn upstream(
     errors: &mut Errors,
-    path: &str,
-    raw: RawUpstream,
+    parsed: Parsed<RawUpstream>,
     env: &dyn Fn(&str) -> Option<String>,
     lookup: HostLookup,
 ) -> Option<UpstreamConfig> {
     let before = errors.list.len();
-    check_name(errors, &format!("{path}.name"), &raw.name);
-    let (url, addr) = url_and_addr(errors, path, &raw.url, lookup);
+    let path = parsed.path.as_str();
+    let raw = &parsed.raw;
+    let name = required(
+        errors,
+        parsed.at("name"),
+        raw.name.as_deref(),
+        parsed.unreadable("name"),
+    );
+    if let Some(name) = name {
+        check_name(errors, &parsed.at("name"), name);
+    }
+    let url_text = required(
+        errors,
+        parsed.at("url"),
+        raw.url.as_deref(),
+        parsed.unreadable("url"),
+    );
+    let (url, addr) = match url_text {
+        Some(text) => url_and_addr(errors, path, text, lookup),
+        None => (None, None),
+    };
     let ca = raw
         .ca_file
         .as_deref()
@@ -57,32 +85,35 @@ fn upstream(
         &format!("{path}.connect_timeout"),
         raw.connect_timeout.as_deref(),
         Duration::from_secs(5),
+        Bounds::CONNECT,
     );
     let first_byte_timeout = duration(
         errors,
         &format!("{path}.first_byte_timeout"),
         raw.first_byte_timeout.as_deref(),
         Duration::from_secs(120),
+        Bounds::LONG,
     );
     let idle_timeout = duration(
         errors,
         &format!("{path}.idle_timeout"),
         raw.idle_timeout.as_deref(),
         Duration::from_secs(60),
+        Bounds::LONG,
     );
-    let policy = policy(errors, path, &raw);
-    if errors.list.len() > before {
+    let policy = policy(errors, &parsed);
+    if errors.list.len() > before || parsed.has_unreadable() {
         return None;
     }
     Some(UpstreamConfig {
-        name: raw.name,
+        name: name?.to_string(),
         url: url?,
         addr: addr?,
         ca,
         credential,
-        connect_timeout,
-        first_byte_timeout,
-        idle_timeout,
+        connect_timeout: connect_timeout?,
+        first_byte_timeout: first_byte_timeout?,
+        idle_timeout: idle_timeout?,
         policy,
     })
 }
@@ -131,47 +162,63 @@ fn ca(errors: &mut Errors, path: &str, name: &str, url: Option<&http::Uri>) -> O
     }
 }
 
-/// The credential held by the environment variable `name` (`api_key_env`); never empty.
+/// The credential held by the environment variable `name` (`api_key_env`), without the
+/// whitespace around it (`echo` into a Kubernetes Secret leaves a newline at the end);
+/// never empty, never with a control character inside (it goes into a header). Messages
+/// name the variable, never its value.
 fn credential(
     errors: &mut Errors,
     path: &str,
     name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Secret> {
-    match env(name) {
-        Some(value) if !value.is_empty() => Some(Secret::new(value)),
-        _ => {
-            errors.push(
-                format!("{path}.api_key_env"),
-                format!("environment variable {name} is not set or empty"),
-            );
-            None
-        }
-    }
+    let value = env(name).unwrap_or_default();
+    let trimmed = value.trim();
+    let problem = if value.is_empty() {
+        "is not set or empty"
+    } else if trimmed.is_empty() {
+        "holds only whitespace"
+    } else if trimmed.chars().any(char::is_control) {
+        "holds a control character (such as a line break) inside its value"
+    } else {
+        return Some(Secret::new(trimmed.to_string()));
+    };
+    errors.push(
+        format!("{path}.api_key_env"),
+        format!("environment variable {name} {problem}"),
+    );
+    None
 }
 
-fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy {
-    let optional = |errors: &mut Errors, field: &str, text: &Option<String>| {
-        text.as_ref()
-            .map(|t| duration(errors, &format!("{path}.{field}"), Some(t), Duration::ZERO))
-    };
-    let total_timeout = optional(errors, "total_timeout", &raw.total_timeout);
-    let health_check_interval =
-        optional(errors, "health_check_interval", &raw.health_check_interval);
-    let (max_concurrent, max_queue, queue_timeout) = queue(errors, path, raw);
+fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
+    let total_timeout = optional_duration(
+        errors,
+        &format!("{path}.total_timeout"),
+        raw.total_timeout.as_deref(),
+        Bounds::LONG,
+    );
+    let health_check_interval = optional_duration(
+        errors,
+        &format!("{path}.health_check_interval"),
+        raw.health_check_interval.as_deref(),
+        Bounds::LONG,
+    );
+    let (max_concurrent, max_queue, queue_timeout) = queue(errors, parsed);
     let rate_limit_cooldown = duration(
         errors,
         &format!("{path}.rate_limit_cooldown"),
         raw.rate_limit_cooldown.as_deref(),
         Duration::from_secs(5),
+        Bounds::WAIT,
     );
-    let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, path, raw);
+    let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, parsed);
     UpstreamPolicy {
         total_timeout,
         max_concurrent,
         max_queue,
         queue_timeout,
-        rate_limit_cooldown,
+        rate_limit_cooldown: rate_limit_cooldown.unwrap_or_default(),
         eject_after_failures,
         eject_duration,
         eject_duration_max,
@@ -180,17 +227,18 @@ fn policy(errors: &mut Errors, path: &str, raw: &RawUpstream) -> UpstreamPolicy 
 }
 
 /// `max_concurrent`, `max_queue` (four waiting per slot by default) and `queue_timeout`.
-fn queue(
-    errors: &mut Errors,
-    path: &str,
-    raw: &RawUpstream,
-) -> (Option<NonZeroU32>, u32, Duration) {
+fn queue(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> (Option<NonZeroU32>, u32, Duration) {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
     let max_concurrent = nonzero(
         errors,
         &format!("{path}.max_concurrent"),
         raw.max_concurrent,
     );
-    if raw.max_queue.is_some() && max_concurrent.is_none() {
+    // Only when max_concurrent is not written at all: a bad one is its own error.
+    if raw.max_queue.is_some()
+        && raw.max_concurrent.is_none()
+        && !parsed.unreadable("max_concurrent")
+    {
         errors.push(format!("{path}.max_queue"), "needs max_concurrent");
     }
     let max_queue = raw
@@ -201,12 +249,14 @@ fn queue(
         &format!("{path}.queue_timeout"),
         raw.queue_timeout.as_deref(),
         Duration::from_secs(5),
+        Bounds::WAIT,
     );
-    (max_concurrent, max_queue, queue_timeout)
+    (max_concurrent, max_queue, queue_timeout.unwrap_or_default())
 }
 
 /// `eject_after_failures`, `eject_duration` and `eject_duration_max`.
-fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duration, Duration) {
+fn ejection(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> (u32, Duration, Duration) {
+    let (path, raw) = (parsed.path.as_str(), &parsed.raw);
     let eject_after_failures = raw.eject_after_failures.unwrap_or(5);
     if eject_after_failures == 0 {
         errors.push(format!("{path}.eject_after_failures"), "must be at least 1");
@@ -216,20 +266,35 @@ fn ejection(errors: &mut Errors, path: &str, raw: &RawUpstream) -> (u32, Duratio
         &format!("{path}.eject_duration"),
         raw.eject_duration.as_deref(),
         Duration::from_secs(5),
+        Bounds::LONG,
     );
     let eject_duration_max = duration(
         errors,
         &format!("{path}.eject_duration_max"),
         raw.eject_duration_max.as_deref(),
         Duration::from_secs(120),
+        Bounds::LONG,
     );
-    if eject_duration_max < eject_duration {
-        errors.push(
-            format!("{path}.eject_duration_max"),
-            "must not be shorter than eject_duration",
-        );
+    // Compared only when both are valid: a bad one is its own error, not this one too.
+    let written = |field| !parsed.unreadable(field);
+    if let (Some(first), Some(longest), true, true) = (
+        eject_duration,
+        eject_duration_max,
+        written("eject_duration"),
+        written("eject_duration_max"),
+    ) {
+        if longest < first {
+            errors.push(
+                format!("{path}.eject_duration_max"),
+                "must not be shorter than eject_duration",
+            );
+        }
     }
-    (eject_after_failures, eject_duration, eject_duration_max)
+    (
+        eject_after_failures,
+        eject_duration.unwrap_or_default(),
+        eject_duration_max.unwrap_or_default(),
+    )
 }
 
 /// Every certificate of a PEM file, checked to parse, as pingora's per-peer CA list.
@@ -263,7 +328,27 @@ fn check_url(text: &str) -> Result<http::Uri, String> {
     if url.query().is_some() {
         return Err("must not carry a query string".into());
     }
+    check_port(&url)?;
     Ok(url)
+}
+
+/// A port written in the URL must be one a connection can use: `http::Uri` accepts any
+/// digits there, and reports a port it cannot read as none, which would mean the scheme's
+/// default port.
+fn check_port(url: &http::Uri) -> Result<(), String> {
+    let authority = url.authority().map_or("", |a| a.as_str());
+    let after_host = authority
+        .strip_prefix(url.host().unwrap_or_default())
+        .unwrap_or_default();
+    let Some(port) = after_host.strip_prefix(':') else {
+        return Ok(());
+    };
+    match port.parse::<u16>() {
+        Ok(1..) => Ok(()),
+        _ => Err(format!(
+            "port '{port}' is not a port number from 1 to 65535"
+        )),
+    }
 }
 
 /// The first address the URL's host resolves to (default port by scheme).
@@ -281,4 +366,32 @@ fn resolve(url: &http::Uri, lookup: HostLookup) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
         .next()
         .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_must_be_from_1_to_65535() {
+        for good in [
+            "http://127.0.0.1/v1",
+            "http://127.0.0.1:1/v1",
+            "https://h.example:65535/v1",
+            "http://[::1]:8000/v1",
+            "http://[::1]/v1",
+        ] {
+            assert!(check_url(good).is_ok(), "{good} is accepted");
+        }
+        for bad in [
+            "http://127.0.0.1:99999/v1",
+            "http://127.0.0.1:65536/v1",
+            "http://127.0.0.1:0/v1",
+            "http://h.example:/v1",
+            "http://[::1]:70000/v1",
+        ] {
+            let error = check_url(bad).expect_err(bad);
+            assert!(error.contains("1 to 65535"), "{bad}: {error}");
+        }
+    }
 }

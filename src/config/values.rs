@@ -1,17 +1,17 @@
 //! The error collector every section reports into, and the scalar checks the sections
 //! share: names, uniqueness, addresses, limits, durations and sizes.
 
-use super::ConfigError;
-use serde::de::DeserializeOwned;
+use super::{ConfigError, ConfigWarning};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-/// Collects errors under a path prefix while validation goes on.
+/// Collects errors (and warnings) about one file while validation goes on.
 pub(super) struct Errors {
     /// The file the errors are about, as it is named in messages.
     pub(super) file: String,
     pub(super) list: Vec<ConfigError>,
+    pub(super) warnings: Vec<ConfigWarning>,
 }
 
 impl Errors {
@@ -19,86 +19,73 @@ impl Errors {
         Errors {
             file: file.to_string(),
             list: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// `file: path`, or the file alone for an error about the whole file.
+    fn locate(&self, path: String) -> String {
+        if path.is_empty() {
+            self.file.clone()
+        } else {
+            format!("{}: {path}", self.file)
         }
     }
 
     pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        let path = path.into();
-        let path = if path.is_empty() {
-            self.file.clone()
-        } else {
-            format!("{}: {path}", self.file)
-        };
+        let path = self.locate(path.into());
         self.list.push(ConfigError {
             path,
             message: message.into(),
         });
     }
 
-    /// Parses a whole file's text, recording its error under the key path it is about
-    /// (none when it is about the whole document).
-    pub(super) fn document<T: DeserializeOwned>(&mut self, text: &str) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(serde_yaml::Deserializer::from_str(text)) {
-            Ok(document) => Some(document),
-            Err(error) => {
-                let path = error.path().to_string();
-                self.push(
-                    if path == "." { String::new() } else { path },
-                    error.into_inner().to_string(),
-                );
-                None
-            }
-        }
+    /// Something valid that is probably not what was meant.
+    pub(super) fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = self.locate(path.into());
+        self.warnings.push(ConfigWarning {
+            path,
+            message: message.into(),
+        });
     }
 
-    /// Parses one list item on its own, recording its error under `path`.
-    pub(super) fn item<T: DeserializeOwned>(
-        &mut self,
-        path: &str,
-        value: serde_yaml::Value,
-    ) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(value) {
-            Ok(item) => Some(item),
-            Err(error) => {
-                let inner = error.path().to_string();
-                let full = if inner == "." {
-                    path.to_string()
-                } else {
-                    format!("{path}.{inner}")
-                };
-                self.push(full, error.into_inner().to_string());
-                None
-            }
-        }
+    /// Takes in what another file's collector found (the keys file's).
+    pub(super) fn absorb(&mut self, other: Errors) {
+        self.list.extend(other.list);
+        self.warnings.extend(other.warnings);
     }
 }
 
-/// Parses each item of a list on its own, with its path (`upstreams[2]`).
-pub(super) fn items<T: DeserializeOwned>(
+/// A required field's value; its absence is reported, unless it was written but could not
+/// be read (then that was reported).
+pub(super) fn required<T>(
     errors: &mut Errors,
-    list: &str,
-    values: Vec<serde_yaml::Value>,
-) -> Vec<(String, T)> {
-    values
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, value)| {
-            let path = format!("{list}[{i}]");
-            errors.item::<T>(&path, value).map(|item| (path, item))
-        })
-        .collect()
+    path: String,
+    value: Option<T>,
+    unreadable: bool,
+) -> Option<T> {
+    if value.is_none() && !unreadable {
+        errors.push(path, "is required");
+    }
+    value
 }
 
-/// Names become metric labels and log fields: keep them short and plain.
-pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
+/// What is wrong with `name` as the name of an upstream or a key, if anything. Names
+/// become metric labels and log fields: they stay short and plain. `sluice key --name`
+/// applies the same rule.
+pub fn name_problem(name: &str) -> Option<&'static str> {
     let plain = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if name.is_empty() || name.len() > 64 || !plain {
-        errors.push(
-            path,
-            "must be 1-64 characters of letters, digits, '-', '_' or '.'",
-        );
+        return Some("must be 1-64 characters of letters, digits, '-', '_' or '.'");
+    }
+    None
+}
+
+pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
+    if let Some(problem) = name_problem(name) {
+        errors.push(path, problem);
     }
 }
 
@@ -141,24 +128,80 @@ pub(super) fn nonzero(errors: &mut Errors, path: &str, value: Option<u32>) -> Op
     nonzero
 }
 
-/// A positive duration like `150ms`; `default` when absent, and after an error.
+/// The range a duration setting must fall in. Nothing reaches a year, where a deadline
+/// computed from it could overflow the clock; most are tighter, to catch a wrong unit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    min: Duration,
+    max: Duration,
+}
+
+const MINUTE: u64 = 60;
+const HOUR: u64 = 60 * MINUTE;
+
+impl Bounds {
+    /// Opening a connection: more than minutes is never a working network.
+    pub(super) const CONNECT: Bounds = Bounds::new(Duration::from_millis(1), 10 * MINUTE);
+    /// A pause before a resend, which the client spends waiting.
+    pub(super) const BACKOFF: Bounds = Bounds::new(Duration::from_millis(1), MINUTE);
+    /// Waits a request spends held back: in a queue, behind a cooldown.
+    pub(super) const WAIT: Bounds = Bounds::new(Duration::from_millis(1), HOUR);
+    /// Timeouts that a long generation or a held stream must fit in, ejections, check
+    /// periods, the shutdown grace.
+    pub(super) const LONG: Bounds = Bounds::new(Duration::from_millis(1), 24 * HOUR);
+    /// How often the files are read: faster than 10 ms only burns CPU.
+    pub(super) const WATCH: Bounds = Bounds::new(Duration::from_millis(10), 24 * HOUR);
+
+    const fn new(min: Duration, max_seconds: u64) -> Bounds {
+        Bounds {
+            min,
+            max: Duration::from_secs(max_seconds),
+        }
+    }
+}
+
+/// A duration like `150ms` within `bounds`: `default` when absent, `None` after an error
+/// (so no check compares against a value that was not written).
 pub(super) fn duration(
     errors: &mut Errors,
     path: &str,
     text: Option<&str>,
     default: Duration,
-) -> Duration {
-    let Some(text) = text else { return default };
-    match humantime::parse_duration(text) {
-        Ok(d) if !d.is_zero() => d,
-        _ => {
-            errors.push(
-                path,
-                format!("'{text}' is not a positive duration (examples: 150ms, 2s, 5m)"),
-            );
-            default
-        }
+    bounds: Bounds,
+) -> Option<Duration> {
+    match text {
+        None => Some(default),
+        Some(text) => optional_duration(errors, path, Some(text), bounds),
     }
+}
+
+/// A duration like `150ms` within `bounds`; `None` when absent or after an error.
+pub(super) fn optional_duration(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    bounds: Bounds,
+) -> Option<Duration> {
+    let text = text?;
+    let Ok(value) = humantime::parse_duration(text) else {
+        errors.push(
+            path,
+            format!("'{text}' is not a duration (examples: 150ms, 2s, 5m)"),
+        );
+        return None;
+    };
+    if value < bounds.min || value > bounds.max {
+        errors.push(
+            path,
+            format!(
+                "'{text}' is out of range: must be from {} to {}",
+                humantime::format_duration(bounds.min),
+                humantime::format_duration(bounds.max)
+            ),
+        );
+        return None;
+    }
+    Some(value)
 }
 
 /// Parses `8MiB`, `512KiB`, `1MB`, `1048576`.
