@@ -8,6 +8,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use sluice::auth::authenticate;
 use sluice::catalog::Catalog;
 use sluice::clock::MonotonicClock;
+use sluice::endpoint::EndpointType;
 use sluice::error::RequestError;
 use sluice::limits::{Admission, Limiter};
 use sluice::request_body::inspect;
@@ -121,7 +122,7 @@ fn model_extraction(c: &mut Criterion) {
         let body = body_of(size);
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &body, |b, body| {
-            b.iter(|| black_box(inspect(body).expect("valid body")))
+            b.iter(|| black_box(inspect(body, EndpointType::Chat).expect("valid body")))
         });
     }
     group.finish();

@@ -2,6 +2,7 @@
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
 use crate::config::{Config, KeyConfig, UpstreamConfig, UpstreamPolicy};
+use crate::endpoint::EndpointType;
 use crate::glob;
 use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
@@ -44,6 +45,9 @@ pub struct Model {
     pub targets: Vec<Target>,
     pub streaming: bool,
     pub tool_calling: bool,
+    /// What the model is, and every endpoint type whose routes it serves.
+    pub endpoint_type: EndpointType,
+    pub endpoints: Vec<EndpointType>,
     /// The entry as `/v1/models` shows it, rendered once at load.
     pub entry_json: Bytes,
 }
@@ -120,7 +124,8 @@ impl Catalog {
                     "object": "model",
                     "created": m.created,
                     "owned_by": m.owned_by,
-                    "endpoint_type": m.endpoint_type,
+                    "endpoint_type": m.endpoint_type.name(),
+                    "endpoints": m.endpoints.iter().map(|e| e.name()).collect::<Vec<_>>(),
                     "capabilities": {"streaming": m.streaming, "tool_calling": m.tool_calling},
                 });
                 Arc::new(Model {
@@ -128,6 +133,8 @@ impl Catalog {
                     targets,
                     streaming: m.streaming,
                     tool_calling: m.tool_calling,
+                    endpoint_type: m.endpoint_type,
+                    endpoints: m.endpoints.clone(),
                     entry_json: Bytes::from(entry.to_string()),
                 })
             })

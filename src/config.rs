@@ -20,6 +20,7 @@ mod values;
 
 pub use values::{name_problem, parse_size};
 
+use crate::endpoint::EndpointType;
 use crate::secret::{KeyHash, Secret};
 use pingora::protocols::tls::CaType;
 use raw::RawConfig;
@@ -144,7 +145,10 @@ pub struct UpstreamPolicy {
 pub struct ModelConfig {
     pub id: String,
     pub targets: Vec<TargetConfig>,
-    pub endpoint_type: String,
+    /// What the model is (shown in `/v1/models`).
+    pub endpoint_type: EndpointType,
+    /// Every endpoint type whose routes it serves, `endpoint_type` first.
+    pub endpoints: Vec<EndpointType>,
     pub streaming: bool,
     pub tool_calling: bool,
     pub owned_by: String,

@@ -50,6 +50,14 @@ pub enum RequestError {
     ModelNotFound {
         model: String,
     },
+    /// The model exists for this key but does not serve the route; `serves` names the route
+    /// of its endpoint type.
+    EndpointNotSupported {
+        model: String,
+        serves: &'static str,
+    },
+    /// A stored response ID the gateway did not make, or that no upstream knows.
+    ResponseNotFound,
     Internal,
     UpstreamUnavailable,
     /// The upstream closed the connection before its answer was complete (it was reached).
@@ -83,7 +91,10 @@ impl RequestError {
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
             MissingApiKey | InvalidApiKey => 401,
-            UnknownRoute { .. } | ModelNotFound { .. } => 404,
+            UnknownRoute { .. }
+            | ModelNotFound { .. }
+            | EndpointNotSupported { .. }
+            | ResponseNotFound => 404,
             RequestTooLarge { .. } => 413,
             UnsupportedMediaType => 415,
             RateLimited { .. } | ConcurrencyLimited { .. } => 429,
@@ -131,6 +142,8 @@ impl RequestError {
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
             ModelNotFound { .. } => "model_not_found",
+            EndpointNotSupported { .. } => "endpoint_not_supported",
+            ResponseNotFound => "response_not_found",
             Internal => "internal_error",
             UpstreamUnavailable | UpstreamClosed => "upstream_unavailable",
             UpstreamAuthFailed => "upstream_auth_failed",
@@ -148,7 +161,7 @@ impl RequestError {
         match self {
             MissingParameter { param } | CapabilityNotSupported { param, .. } => Some(param),
             InvalidParameter { param, .. } => Some(param),
-            ModelNotFound { .. } => Some("model"),
+            ModelNotFound { .. } | EndpointNotSupported { .. } => Some("model"),
             RepeatedKey { key } => Some(bounded(key)),
             _ => None,
         }
@@ -175,8 +188,9 @@ impl RequestError {
             UnknownRoute { repeated_prefix: true } => "No such route: the path repeats the /v1 prefix; \
                 use a base URL ending in /v1 and append the route once (for example /v1/chat/completions)."
                 .into(),
-            UnknownRoute { repeated_prefix: false } => "No such route. This gateway serves GET /v1/models, \
-                GET /v1/models/{id} and POST /v1/chat/completions."
+            UnknownRoute { repeated_prefix: false } => "No such route. This gateway serves GET /v1/models \
+                and the OpenAI routes of its models' endpoint types (each model's `endpoints` in \
+                /v1/models)."
                 .into(),
             MissingApiKey => "No API key was provided. Send it in the header \
                 `Authorization: Bearer <API_KEY>`."
@@ -207,6 +221,11 @@ impl RequestError {
                 "The model '{}' does not support {capability}.",
                 bounded(model)
             ),
+            EndpointNotSupported { model, serves } => format!(
+                "The model '{}' is not served on this route; use {serves}.",
+                bounded(model)
+            ),
+            ResponseNotFound => "No response with this ID was found.".into(),
             ModelNotFound { model } => format!(
                 "The model '{}' does not exist or you do not have access to it.",
                 bounded(model)

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod echo;
+pub mod endpoint;
 pub mod error;
 pub mod gateway;
 pub mod glob;

@@ -29,6 +29,7 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key};
+use crate::endpoint::Endpoint;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::limits::Admission;
@@ -225,7 +226,8 @@ impl Proxy {
                     .await
                     .map_err(Failure::Abort)
             }
-            Route::ChatCompletions => self.chat_completion(session, ctx, &catalog, &key).await,
+            Route::Create(endpoint) => self.create(session, ctx, &catalog, &key, endpoint).await,
+            Route::StoredResponse { .. } => Err(RequestError::ResponseNotFound.into()),
         }
     }
 
@@ -280,13 +282,15 @@ impl Proxy {
         Ok(())
     }
 
-    /// Steps 4-7 for `POST /v1/chat/completions`.
-    async fn chat_completion(
+    /// Steps 4-7 for a request to a model named in its body (chat, completions,
+    /// embeddings, responses, rerank, audio, moderations).
+    async fn create(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
         catalog: &Catalog,
         key: &Key,
+        endpoint: Endpoint,
     ) -> Result<(), Failure> {
         // 4. Body: size, media type, JSON, shape.
         let headers = &session.req_header().headers;
@@ -296,18 +300,25 @@ impl Proxy {
         )?;
         check_media_type(headers.get("content-type").map(|v| v.as_bytes()))?;
         let body = read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?;
-        let request = inspect(&body)?;
+        let request = inspect(&body, endpoint.kind)?;
         ctx.model = Some(request.model.clone());
         ctx.stream = request.stream;
-        // 5. The model, in this key's view.
+        // 5. The model, in this key's view, and serving this route.
         let model = catalog
             .model_for(key, &request.model)
             .ok_or(RequestError::ModelNotFound {
                 model: request.model.clone(),
             })?;
         ctx.model_label = Some(model.id.clone());
-        // 6. Capabilities.
-        if request.stream && !model.streaming {
+        if !model.endpoints.contains(&endpoint.kind) {
+            return Err(RequestError::EndpointNotSupported {
+                model: model.id.clone(),
+                serves: model.endpoint_type.route(),
+            }
+            .into());
+        }
+        // 6. Capabilities, where the route has them.
+        if request.stream && endpoint.kind.streams() && !model.streaming {
             return Err(RequestError::CapabilityNotSupported {
                 param: "stream",
                 model: model.id.clone(),
@@ -326,8 +337,9 @@ impl Proxy {
         // 7. Upstream.
         let dispatch = Dispatch {
             model,
-            request: &request,
+            request: Some(&request),
             body,
+            path: endpoint.path.to_owned(),
             request_id: &ctx.request_id,
             request_started: ctx.started,
             response_headers: gateway_headers(ctx),

@@ -1,4 +1,5 @@
-//! The chat completion body: media type, JSON, the shape we check, and the model rename.
+//! A request body to a model: media type, JSON, the shape we check per endpoint type, and
+//! the model rename.
 //!
 //! Only the fields the gateway decides on are read (`model`, `messages`, `stream`, `tools`,
 //! `functions`); everything else passes through as the client sent it. Values are borrowed
@@ -7,6 +8,7 @@
 //! A top-level key written twice is refused: JSON parsers disagree on which copy wins, and
 //! the upstream must never act on a `model`, `stream` or `tools` other than the one checked.
 
+use crate::endpoint::EndpointType;
 use crate::error::RequestError;
 use bytes::{Bytes, BytesMut};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -97,15 +99,17 @@ impl<'de> Visitor<'de> for MemberNameVisitor {
     }
 }
 
-/// What the gateway needs to know about a chat completion request.
+/// What the gateway needs to know about a request to a model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRequest {
+pub struct ModelRequest {
     pub model: String,
     pub stream: bool,
-    /// A non-empty `tools` or `functions` array: needs `tool_calling`.
+    /// A non-empty `tools` (or, for chat, `functions`) array: needs `tool_calling`.
     pub uses_tools: bool,
     /// Byte range of the `model` value (with its quotes) inside the body.
     model_span: Range<usize>,
+    /// A Responses request's `previous_response_id`, and the byte range of its value.
+    pub previous_response: Option<(String, Range<usize>)>,
 }
 
 /// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
@@ -140,7 +144,7 @@ pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError>
 }
 
 /// Parses and checks a chat completion body.
-pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
+pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestError> {
     let object: Object = serde_json::from_slice(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => RequestError::InvalidJson {
             detail: "the body must be a JSON object".into(),
@@ -172,10 +176,14 @@ pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
     let start = raw_model.get().as_ptr() as usize - body.as_ptr() as usize;
     let model_span = start..start + raw_model.get().len();
 
-    let messages = *object
-        .get("messages")
-        .ok_or(RequestError::MissingParameter { param: "messages" })?;
-    check_messages(messages)?;
+    for &field in kind.required_fields() {
+        let value = *object
+            .get(field)
+            .ok_or(RequestError::MissingParameter { param: field })?;
+        if field == "messages" {
+            check_messages(value)?;
+        }
+    }
 
     let stream = match object.get("stream").map(|v| v.get()) {
         None | Some("null") | Some("false") => false,
@@ -183,29 +191,74 @@ pub fn inspect(body: &[u8]) -> Result<ChatRequest, RequestError> {
         Some(_) => return Err(invalid("stream", "'stream' must be a boolean.")),
     };
     let mut uses_tools = false;
-    for field in ["tools", "functions"] {
+    let tool_fields: &[&str] = match kind {
+        EndpointType::Chat => &["tools", "functions"],
+        EndpointType::Responses => &["tools"],
+        _ => &[],
+    };
+    for &field in tool_fields {
         if let Some(raw) = object.get(field) {
             let list: Option<Vec<&RawValue>> = serde_json::from_str(raw.get())
                 .map_err(|_| invalid(field, &format!("'{field}' must be an array.")))?;
             uses_tools |= list.is_some_and(|l| !l.is_empty());
         }
     }
-    Ok(ChatRequest {
+    let previous_response = match (kind, object.get("previous_response_id")) {
+        (EndpointType::Responses, Some(raw)) if raw.get() != "null" => {
+            let id: Cow<str> = serde_json::from_str(raw.get()).map_err(|_| {
+                invalid(
+                    "previous_response_id",
+                    "'previous_response_id' must be a string: an ID this gateway returned.",
+                )
+            })?;
+            let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+            Some((id.into_owned(), start..start + raw.get().len()))
+        }
+        _ => None,
+    };
+    Ok(ModelRequest {
         model: model.into_owned(),
         stream,
         uses_tools,
         model_span,
+        previous_response,
     })
 }
 
-/// The body with the `model` value replaced and every other byte unchanged.
-pub fn with_model(body: &Bytes, request: &ChatRequest, new_model: &str) -> Bytes {
-    let quoted = serde_json::Value::String(new_model.to_owned()).to_string();
-    let mut out = BytesMut::with_capacity(body.len() + quoted.len());
-    out.extend_from_slice(&body[..request.model_span.start]);
-    out.extend_from_slice(quoted.as_bytes());
-    out.extend_from_slice(&body[request.model_span.end..]);
+/// The body as a target receives it: the `model` value replaced by `new_model` (when the
+/// target knows the model by another name) and `previous_response_id` by the upstream's
+/// own ID (when there is one); every other byte unchanged.
+pub fn for_target(
+    body: &Bytes,
+    request: &ModelRequest,
+    new_model: Option<&str>,
+    previous_response: Option<&str>,
+) -> Bytes {
+    let mut splices: Vec<(Range<usize>, String)> = Vec::with_capacity(2);
+    if let Some(name) = new_model {
+        splices.push((request.model_span.clone(), quoted(name)));
+    }
+    if let (Some(id), Some((_, span))) = (previous_response, &request.previous_response) {
+        splices.push((span.clone(), quoted(id)));
+    }
+    if splices.is_empty() {
+        return body.clone();
+    }
+    splices.sort_by_key(|(span, _)| span.start);
+    let mut out = BytesMut::with_capacity(body.len() + 64);
+    let mut at = 0;
+    for (span, value) in splices {
+        out.extend_from_slice(&body[at..span.start]);
+        out.extend_from_slice(value.as_bytes());
+        at = span.end;
+    }
+    out.extend_from_slice(&body[at..]);
     out.freeze()
+}
+
+/// `text` as a JSON string.
+fn quoted(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
 }
 
 fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
@@ -282,15 +335,18 @@ mod tests {
     use super::*;
 
     fn param_of(body: &str) -> Option<String> {
-        inspect(body.as_bytes())
+        inspect(body.as_bytes(), EndpointType::Chat)
             .err()
             .and_then(|e| e.param().map(str::to_owned))
     }
 
     #[test]
     fn a_minimal_body_passes() {
-        let request =
-            inspect(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        let request = inspect(
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            EndpointType::Chat,
+        )
+        .unwrap();
         assert_eq!(request.model, "m");
         assert!(!request.stream && !request.uses_tools);
     }
@@ -342,14 +398,16 @@ mod tests {
     #[test]
     fn assistant_tool_call_messages_may_omit_content() {
         let body = r#"{"model":"m","messages":[{"role":"assistant","tool_calls":[]},{"role":"assistant","content":null}]}"#;
-        assert!(inspect(body.as_bytes()).is_ok());
+        assert!(inspect(body.as_bytes(), EndpointType::Chat).is_ok());
     }
 
     #[test]
     fn not_json_and_not_an_object_are_invalid_json() {
         for body in ["{", "not json", "[1,2]", "\"text\""] {
             assert_eq!(
-                inspect(body.as_bytes()).unwrap_err().code(),
+                inspect(body.as_bytes(), EndpointType::Chat)
+                    .unwrap_err()
+                    .code(),
                 "invalid_json",
                 "{body}"
             );
@@ -358,9 +416,9 @@ mod tests {
 
     #[test]
     fn stream_and_tools_are_detected() {
-        let request = inspect(br#"{"model":"m","messages":[{"role":"user","content":"a"}],"stream":true,"tools":[{"type":"function"}]}"#).unwrap();
+        let request = inspect(br#"{"model":"m","messages":[{"role":"user","content":"a"}],"stream":true,"tools":[{"type":"function"}]}"#, EndpointType::Chat).unwrap();
         assert!(request.stream && request.uses_tools);
-        let request = inspect(br#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[],"functions":null}"#).unwrap();
+        let request = inspect(br#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[],"functions":null}"#, EndpointType::Chat).unwrap();
         assert!(!request.uses_tools, "empty tools need no capability");
     }
 
@@ -369,8 +427,8 @@ mod tests {
         let body = Bytes::from_static(
             br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "short" , "x":1}"#,
         );
-        let request = inspect(&body).unwrap();
-        let renamed = with_model(&body, &request, "org/a \"long\" name");
+        let request = inspect(&body, EndpointType::Chat).unwrap();
+        let renamed = for_target(&body, &request, Some("org/a \"long\" name"), None);
         assert_eq!(
             &renamed[..],
             &br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "org/a \"long\" name" , "x":1}"#[..]
@@ -402,7 +460,7 @@ mod tests {
                 "model",
             ),
         ] {
-            let error = inspect(body.as_bytes()).unwrap_err();
+            let error = inspect(body.as_bytes(), EndpointType::Chat).unwrap_err();
             assert_eq!(error.code(), "invalid_json", "{body}");
             assert_eq!(error.param(), Some(key), "{body}");
         }
@@ -411,21 +469,87 @@ mod tests {
     #[test]
     fn nested_objects_may_repeat_keys() {
         let body = r#"{"model":"m","messages":[{"role":"user","role":"user","content":"a"}],"metadata":{"a":1,"a":2}}"#;
-        assert!(inspect(body.as_bytes()).is_ok());
+        assert!(inspect(body.as_bytes(), EndpointType::Chat).is_ok());
     }
 
     #[test]
     fn member_names_with_escapes_are_read() {
-        let request =
-            inspect(br#"{"mod\u0065l":"m","messages":[{"r\u006fle":"user","content":"a"}]}"#)
-                .unwrap();
+        let request = inspect(
+            br#"{"mod\u0065l":"m","messages":[{"r\u006fle":"user","content":"a"}]}"#,
+            EndpointType::Chat,
+        )
+        .unwrap();
         assert_eq!(request.model, "m");
     }
 
     #[test]
     fn escaped_model_ids_are_decoded() {
-        let request =
-            inspect(br#"{"model":"a\u002fb","messages":[{"role":"user","content":"a"}]}"#).unwrap();
+        let request = inspect(
+            br#"{"model":"a\u002fb","messages":[{"role":"user","content":"a"}]}"#,
+            EndpointType::Chat,
+        )
+        .unwrap();
         assert_eq!(request.model, "a/b");
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+
+    #[test]
+    fn each_endpoint_type_requires_its_own_fields() {
+        let missing = |body: &str, kind| match inspect(body.as_bytes(), kind) {
+            Err(RequestError::MissingParameter { param }) => Some(param),
+            _ => None,
+        };
+        assert_eq!(
+            missing(r#"{"model":"m"}"#, EndpointType::Embeddings),
+            Some("input")
+        );
+        assert_eq!(
+            missing(r#"{"model":"m"}"#, EndpointType::Completions),
+            Some("prompt")
+        );
+        assert_eq!(
+            missing(r#"{"model":"m","query":"q"}"#, EndpointType::Rerank),
+            Some("documents")
+        );
+        assert_eq!(
+            missing(r#"{"input":"x"}"#, EndpointType::Moderation),
+            Some("model")
+        );
+        assert!(inspect(
+            br#"{"model":"m","input":["a","b"]}"#,
+            EndpointType::Embeddings
+        )
+        .is_ok());
+        assert!(inspect(br#"{"model":"m"}"#, EndpointType::Responses).is_ok());
+    }
+
+    #[test]
+    fn tools_count_where_they_mean_something() {
+        let tools = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
+        assert!(inspect(tools, EndpointType::Responses).unwrap().uses_tools);
+        let embed = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
+        assert!(!inspect(embed, EndpointType::Embeddings).unwrap().uses_tools);
+    }
+
+    #[test]
+    fn the_previous_response_and_the_model_are_both_spliced() {
+        let body =
+            Bytes::from_static(br#"{"model":"m","previous_response_id":"resp_ours","input":"x"}"#);
+        let request = inspect(&body, EndpointType::Responses).unwrap();
+        assert_eq!(request.previous_response.as_ref().unwrap().0, "resp_ours");
+        let sent = for_target(&body, &request, Some("org/m"), Some("resp_theirs"));
+        assert_eq!(
+            &sent[..],
+            &br#"{"model":"org/m","previous_response_id":"resp_theirs","input":"x"}"#[..]
+        );
+        assert_eq!(
+            for_target(&body, &request, None, None),
+            body,
+            "nothing to change"
+        );
     }
 }

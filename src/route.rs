@@ -1,5 +1,6 @@
 //! Which of our routes a method and path name. Everything else is 404 `unknown_route`.
 
+use crate::endpoint::{Endpoint, ENDPOINTS};
 use crate::error::RequestError;
 use http::Method;
 
@@ -9,7 +10,37 @@ pub enum Route {
     ListModels,
     /// `GET /v1/models/{id}`; the ID is percent-decoded and may contain `/`.
     GetModel(String),
-    ChatCompletions,
+    /// A `POST` to a model named in the body: chat, completions, embeddings, ...
+    Create(Endpoint),
+    /// A stored response, by the ID the gateway gave it.
+    StoredResponse {
+        id: String,
+        action: StoredAction,
+    },
+}
+
+/// What a request does to a stored response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredAction {
+    /// `GET /v1/responses/{id}`
+    Retrieve,
+    /// `DELETE /v1/responses/{id}`
+    Delete,
+    /// `POST /v1/responses/{id}/cancel`
+    Cancel,
+    /// `GET /v1/responses/{id}/input_items`
+    InputItems,
+}
+
+impl StoredAction {
+    /// The path under `/v1/responses/{id}` on the upstream.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            StoredAction::Retrieve | StoredAction::Delete => "",
+            StoredAction::Cancel => "/cancel",
+            StoredAction::InputItems => "/input_items",
+        }
+    }
 }
 
 const PREFIX: &str = "/v1";
@@ -22,15 +53,35 @@ pub fn route(method: &Method, path: &str) -> Result<Route, RequestError> {
     let Some(rest) = path.strip_prefix(PREFIX) else {
         return Err(unknown);
     };
+    if method == Method::POST {
+        if let Some(endpoint) = ENDPOINTS.iter().find(|e| e.path == rest) {
+            return Ok(Route::Create(*endpoint));
+        }
+    }
+    if let Some(stored) = rest.strip_prefix("/responses/") {
+        return stored_response(method, stored).ok_or(unknown);
+    }
     match (method, rest) {
         (&Method::GET, "/models") => Ok(Route::ListModels),
-        (&Method::POST, "/chat/completions") => Ok(Route::ChatCompletions),
         (&Method::GET, _) => match rest.strip_prefix("/models/") {
             Some(id) if !id.is_empty() => percent_decode(id).map(Route::GetModel).ok_or(unknown),
             _ => Err(unknown),
         },
         _ => Err(unknown),
     }
+}
+
+/// `{id}`, `{id}/cancel` or `{id}/input_items` under `/v1/responses/`, with its method.
+fn stored_response(method: &Method, rest: &str) -> Option<Route> {
+    let (id, action) = match rest.split_once('/') {
+        None if method == Method::GET => (rest, StoredAction::Retrieve),
+        None if method == Method::DELETE => (rest, StoredAction::Delete),
+        Some((id, "cancel")) if method == Method::POST => (id, StoredAction::Cancel),
+        Some((id, "input_items")) if method == Method::GET => (id, StoredAction::InputItems),
+        _ => return None,
+    };
+    let id = percent_decode(id).filter(|id| !id.is_empty())?;
+    Some(Route::StoredResponse { id, action })
 }
 
 /// Decodes `%XX` escapes; `None` for a malformed escape or a result that is not UTF-8.
@@ -58,10 +109,48 @@ mod tests {
     #[test]
     fn routes_match_method_and_path_together() {
         assert_eq!(route(&Method::GET, "/v1/models"), Ok(Route::ListModels));
+        let create = |path: &str| match route(&Method::POST, path) {
+            Ok(Route::Create(endpoint)) => Some(endpoint.kind.name()),
+            _ => None,
+        };
+        assert_eq!(create("/v1/chat/completions"), Some("chat"));
+        assert_eq!(create("/v1/completions"), Some("completions"));
+        assert_eq!(create("/v1/embeddings"), Some("embeddings"));
+        assert_eq!(create("/v1/responses"), Some("responses"));
+        assert_eq!(create("/v1/responses/input_tokens"), Some("responses"));
+        assert_eq!(create("/v1/rerank"), Some("rerank"));
         assert_eq!(
-            route(&Method::POST, "/v1/chat/completions"),
-            Ok(Route::ChatCompletions)
+            create("/v1/audio/transcriptions"),
+            Some("audio_transcription")
         );
+        assert_eq!(
+            create("/v1/audio/translations"),
+            Some("audio_transcription")
+        );
+        assert_eq!(create("/v1/audio/speech"), Some("audio_speech"));
+        assert_eq!(create("/v1/moderations"), Some("moderation"));
+        let stored = |method: Method, path: &str| match route(&method, path) {
+            Ok(Route::StoredResponse { id, action }) => Some((id, action)),
+            _ => None,
+        };
+        assert_eq!(
+            stored(Method::GET, "/v1/responses/resp_1"),
+            Some(("resp_1".into(), StoredAction::Retrieve))
+        );
+        assert_eq!(
+            stored(Method::DELETE, "/v1/responses/resp_1"),
+            Some(("resp_1".into(), StoredAction::Delete))
+        );
+        assert_eq!(
+            stored(Method::POST, "/v1/responses/resp_1/cancel"),
+            Some(("resp_1".into(), StoredAction::Cancel))
+        );
+        assert_eq!(
+            stored(Method::GET, "/v1/responses/resp_1/input_items"),
+            Some(("resp_1".into(), StoredAction::InputItems))
+        );
+        assert_eq!(stored(Method::POST, "/v1/responses/resp_1"), None);
+        assert_eq!(stored(Method::GET, "/v1/responses/resp_1/other"), None);
         assert_eq!(
             route(&Method::GET, "/v1/models/meta-llama/Llama-3"),
             Ok(Route::GetModel("meta-llama/Llama-3".into()))
@@ -77,6 +166,9 @@ mod tests {
             (Method::GET, "/models"),
             (Method::GET, "/v1/models/%zz"),
             (Method::DELETE, "/v1/models/x"),
+            (Method::GET, "/v1/embeddings"),
+            (Method::GET, "/v1/responses/"),
+            (Method::PUT, "/v1/responses/resp_1"),
         ] {
             assert_eq!(
                 route(&method, path),

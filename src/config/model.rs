@@ -5,6 +5,7 @@ use super::parsed::{items, Parsed};
 use super::raw::{RawModel, RawTarget};
 use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
+use crate::endpoint::EndpointType;
 use std::num::NonZeroU32;
 
 /// The valid models. `upstreams` names every upstream that was read, valid or not; `None`
@@ -62,10 +63,12 @@ fn model(
         unreadable_route,
     );
     let targets = targets(errors, &path, single, written, upstreams);
-    let endpoint_type = raw.endpoint_type.unwrap_or_else(|| "chat".into());
-    if endpoint_type != "chat" {
-        errors.push(format!("{path}.endpoint_type"), "only `chat` is served");
-    }
+    let (endpoint_type, endpoints) = endpoint_types(
+        errors,
+        &path,
+        raw.endpoint_type.as_deref(),
+        raw.endpoints.as_deref(),
+    );
     let (streaming, tool_calling) = capabilities(errors, &path, &raw.capabilities);
     if errors.list.len() > before || !intact {
         return None;
@@ -74,6 +77,7 @@ fn model(
         id: id?,
         targets,
         endpoint_type,
+        endpoints,
         streaming,
         tool_calling,
         owned_by: raw.owned_by.unwrap_or_else(|| "sluice".into()),
@@ -169,6 +173,45 @@ fn targets(
             })
         })
         .collect()
+}
+
+/// The model's `endpoint_type` (default `chat`) and every type it serves: `endpoints` if
+/// written, with `endpoint_type` always among them, first.
+fn endpoint_types(
+    errors: &mut Errors,
+    path: &str,
+    endpoint_type: Option<&str>,
+    endpoints: Option<&[String]>,
+) -> (EndpointType, Vec<EndpointType>) {
+    let known = || {
+        EndpointType::ALL
+            .iter()
+            .map(|t| format!("`{}`", t.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let main = match endpoint_type {
+        None => EndpointType::Chat,
+        Some(name) => EndpointType::parse(name).unwrap_or_else(|| {
+            errors.push(
+                format!("{path}.endpoint_type"),
+                format!("'{name}' is not an endpoint type; use one of {}", known()),
+            );
+            EndpointType::Chat
+        }),
+    };
+    let mut served = vec![main];
+    for (i, name) in endpoints.unwrap_or_default().iter().enumerate() {
+        match EndpointType::parse(name) {
+            Some(kind) if served.contains(&kind) => {}
+            Some(kind) => served.push(kind),
+            None => errors.push(
+                format!("{path}.endpoints[{i}]"),
+                format!("'{name}' is not an endpoint type; use one of {}", known()),
+            ),
+        }
+    }
+    (main, served)
 }
 
 /// Whether the model streams and calls tools, from its `capabilities`.

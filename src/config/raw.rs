@@ -85,6 +85,7 @@ pub(super) struct RawModel {
     pub(super) upstream_model: Option<String>,
     pub(super) targets: Option<Vec<RawTarget>>,
     pub(super) endpoint_type: Option<String>,
+    pub(super) endpoints: Option<Vec<String>>,
     #[serde(default)]
     pub(super) capabilities: Vec<String>,
     pub(super) owned_by: Option<String>,

@@ -9,7 +9,7 @@ use super::Upstreams;
 use crate::catalog::{Model, Upstream};
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use crate::request_body::{with_model, ChatRequest};
+use crate::request_body::{for_target, ModelRequest};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
@@ -19,8 +19,11 @@ use std::time::{Duration, Instant};
 /// One request to deliver.
 pub struct Dispatch<'a> {
     pub model: &'a Model,
-    pub request: &'a ChatRequest,
+    /// What the gateway read of the body; `None` for a request without one.
+    pub request: Option<&'a ModelRequest>,
     pub body: Bytes,
+    /// The path under the upstream's base URL, e.g. `/chat/completions`.
+    pub path: String,
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
@@ -103,8 +106,13 @@ async fn attempts(
         };
         let target = &model.targets[index];
         let upstream = &target.upstream;
-        let body = match &target.upstream_model {
-            Some(name) => with_model(&dispatch.body, dispatch.request, name),
+        let body = match dispatch.request {
+            Some(request) => for_target(
+                &dispatch.body,
+                request,
+                target.upstream_model.as_deref(),
+                None,
+            ),
             None => dispatch.body.clone(),
         };
         *called = Called {
@@ -112,7 +120,7 @@ async fn attempts(
             url: Some(format!(
                 "{}{}",
                 upstream.origin,
-                upstream_path(upstream, "/chat/completions", None)
+                upstream_path(upstream, &dispatch.path, None)
             )),
         };
         let client_address = session.client_addr().map(|a| match a.as_inet() {
@@ -120,7 +128,7 @@ async fn attempts(
             None => a.to_string(),
         });
         let query = session.req_header().uri.query();
-        let path = upstream_path(upstream, "/chat/completions", query);
+        let path = upstream_path(upstream, &dispatch.path, query);
         let header = match request_header(
             session.req_header(),
             upstream,

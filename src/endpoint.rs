@@ -1,0 +1,157 @@
+//! Endpoint types: the families of routes a model can serve (DESIGN §4.2), and for each
+//! route how the gateway finds the model and what it checks of the request.
+
+/// What a model serves. A model has one `endpoint_type` and may accept the routes of more
+/// through `endpoints`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndpointType {
+    Chat,
+    Completions,
+    Embeddings,
+    Responses,
+    Rerank,
+    AudioTranscription,
+    AudioSpeech,
+    Moderation,
+}
+
+impl EndpointType {
+    pub const ALL: [EndpointType; 8] = [
+        EndpointType::Chat,
+        EndpointType::Completions,
+        EndpointType::Embeddings,
+        EndpointType::Responses,
+        EndpointType::Rerank,
+        EndpointType::AudioTranscription,
+        EndpointType::AudioSpeech,
+        EndpointType::Moderation,
+    ];
+
+    /// The name in the configuration and in `/v1/models`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointType::Chat => "chat",
+            EndpointType::Completions => "completions",
+            EndpointType::Embeddings => "embeddings",
+            EndpointType::Responses => "responses",
+            EndpointType::Rerank => "rerank",
+            EndpointType::AudioTranscription => "audio_transcription",
+            EndpointType::AudioSpeech => "audio_speech",
+            EndpointType::Moderation => "moderation",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The route a client calls for it, as a message names it.
+    pub fn route(self) -> &'static str {
+        match self {
+            EndpointType::Chat => "POST /v1/chat/completions",
+            EndpointType::Completions => "POST /v1/completions",
+            EndpointType::Embeddings => "POST /v1/embeddings",
+            EndpointType::Responses => "POST /v1/responses",
+            EndpointType::Rerank => "POST /v1/rerank",
+            EndpointType::AudioTranscription => "POST /v1/audio/transcriptions",
+            EndpointType::AudioSpeech => "POST /v1/audio/speech",
+            EndpointType::Moderation => "POST /v1/moderations",
+        }
+    }
+
+    /// Whether `stream: true` is a thing on it (then the model needs `streaming`).
+    pub fn streams(self) -> bool {
+        matches!(
+            self,
+            EndpointType::Chat
+                | EndpointType::Completions
+                | EndpointType::Responses
+                | EndpointType::AudioTranscription
+        )
+    }
+
+    /// Whether `tools` is a thing on it (then the model needs `tool_calling`).
+    pub fn takes_tools(self) -> bool {
+        matches!(self, EndpointType::Chat | EndpointType::Responses)
+    }
+
+    /// The fields its JSON body must have besides `model` (`messages` for chat is checked
+    /// in depth on its own).
+    pub fn required_fields(self) -> &'static [&'static str] {
+        match self {
+            EndpointType::Chat => &["messages"],
+            EndpointType::Completions => &["prompt"],
+            EndpointType::Embeddings | EndpointType::Moderation | EndpointType::AudioSpeech => {
+                &["input"]
+            }
+            EndpointType::Rerank => &["query", "documents"],
+            EndpointType::Responses | EndpointType::AudioTranscription => &[],
+        }
+    }
+}
+
+/// How a route's request names its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// A JSON object with `model`.
+    Json,
+    /// `multipart/form-data` with a `model` field.
+    Multipart,
+}
+
+/// A route that sends a request to a model named in its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub kind: EndpointType,
+    /// The path under `/v1`, the same on the client side and under an upstream's URL.
+    pub path: &'static str,
+    pub body: BodyKind,
+}
+
+/// Every route that creates something from a model named in the body.
+pub const ENDPOINTS: [Endpoint; 10] = [
+    json(EndpointType::Chat, "/chat/completions"),
+    json(EndpointType::Completions, "/completions"),
+    json(EndpointType::Embeddings, "/embeddings"),
+    json(EndpointType::Responses, "/responses"),
+    json(EndpointType::Responses, "/responses/input_tokens"),
+    json(EndpointType::Rerank, "/rerank"),
+    Endpoint {
+        kind: EndpointType::AudioTranscription,
+        path: "/audio/transcriptions",
+        body: BodyKind::Multipart,
+    },
+    Endpoint {
+        kind: EndpointType::AudioTranscription,
+        path: "/audio/translations",
+        body: BodyKind::Multipart,
+    },
+    json(EndpointType::AudioSpeech, "/audio/speech"),
+    json(EndpointType::Moderation, "/moderations"),
+];
+
+const fn json(kind: EndpointType, path: &'static str) -> Endpoint {
+    Endpoint {
+        kind,
+        path,
+        body: BodyKind::Json,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_every_type_has_a_route() {
+        for kind in EndpointType::ALL {
+            assert_eq!(EndpointType::parse(kind.name()), Some(kind));
+            assert!(
+                ENDPOINTS.iter().any(|e| e.kind == kind),
+                "{} is served somewhere",
+                kind.name()
+            );
+        }
+        assert_eq!(EndpointType::parse("chat_completions"), None);
+    }
+}
