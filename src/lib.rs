@@ -22,6 +22,7 @@ pub mod reload;
 pub mod request_body;
 pub mod request_id;
 pub mod respond;
+pub mod response_id;
 pub mod route;
 pub mod secret;
 pub mod server;

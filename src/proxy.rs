@@ -28,17 +28,19 @@ pub use context::RequestContext;
 pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
-use crate::catalog::{Catalog, Key};
-use crate::endpoint::Endpoint;
+use crate::catalog::{Catalog, Key, Model};
+use crate::endpoint::{Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::limits::Admission;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
-use crate::route::{route, Route};
+use crate::response_id::StoredResponseId;
+use crate::route::{route, Route, StoredAction};
 use crate::transport::BufferedStream;
-use crate::upstream::{self, AfterCut, Delivery, Dispatch};
+use crate::upstream::{self, AfterCut, Delivery, Dispatch, Dispatched, Stored};
 use async_trait::async_trait;
+use bytes::Bytes;
 use context::{Failure, InFlight};
 use downstream::{answer, gateway_headers, read_body, request_host};
 use outcome::{log_request, record_error};
@@ -227,7 +229,10 @@ impl Proxy {
                     .map_err(Failure::Abort)
             }
             Route::Create(endpoint) => self.create(session, ctx, &catalog, &key, endpoint).await,
-            Route::StoredResponse { .. } => Err(RequestError::ResponseNotFound.into()),
+            Route::StoredResponse { id, action } => {
+                self.stored_response(session, ctx, &catalog, &key, id, action)
+                    .await
+            }
         }
     }
 
@@ -334,12 +339,19 @@ impl Proxy {
             }
             .into());
         }
+        // A stored response named in the body lives on one of the model's targets.
+        let stored = match &request.previous_response {
+            Some((id, _)) => Some(stored_at(model, id, true)?),
+            None => None,
+        };
         // 7. Upstream.
         let dispatch = Dispatch {
             model,
             request: Some(&request),
             body,
             path: endpoint.path.to_owned(),
+            stored,
+            rewrites_ids: endpoint.kind == EndpointType::Responses,
             request_id: &ctx.request_id,
             request_started: ctx.started,
             response_headers: gateway_headers(ctx),
@@ -349,16 +361,100 @@ impl Proxy {
         let gateway = &self.gateway;
         let dispatched =
             upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
-        ctx.called = dispatched.called;
-        ctx.exchange = dispatched.measured;
-        if let Some(status) = ctx.exchange.status {
-            ctx.status = status;
-        }
-        match dispatched.delivery {
-            Delivery::Delivered => Ok(()),
-            Delivery::Refused(error) => Err(Failure::Answer(error)),
-            Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
-            Delivery::ClientGone(e) => Err(Failure::Abort(e)),
+        delivered(ctx, dispatched)
+    }
+
+    /// Steps 4-7 for a stored response named by its ID (the Responses API): it goes to the
+    /// upstream that made it, whatever replica made the ID.
+    async fn stored_response(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        catalog: &Catalog,
+        key: &Key,
+        id: String,
+        action: StoredAction,
+    ) -> Result<(), Failure> {
+        let named = StoredResponseId::decode(&id).ok_or(RequestError::ResponseNotFound)?;
+        ctx.model = Some(named.model.clone());
+        // A model this key may not use, or that serves no responses: no such response.
+        let model = catalog
+            .model_for(key, &named.model)
+            .filter(|m| m.endpoints.contains(&EndpointType::Responses))
+            .ok_or(RequestError::ResponseNotFound)?;
+        ctx.model_label = Some(model.id.clone());
+        let stored = stored_at(model, &id, false)?;
+        // A cancel may carry a body; it passes as it is.
+        let body = match action {
+            StoredAction::Cancel => {
+                read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?
+            }
+            _ => Bytes::new(),
+        };
+        let path = format!(
+            "/responses/{}{}",
+            path_segment(&stored.upstream_id),
+            action.suffix()
+        );
+        let dispatch = Dispatch {
+            model,
+            request: None,
+            body,
+            path,
+            stored: Some(stored),
+            rewrites_ids: true,
+            request_id: &ctx.request_id,
+            request_started: ctx.started,
+            response_headers: gateway_headers(ctx),
+            retry_attempts: catalog.retry_attempts,
+            retry_backoff: catalog.retry_backoff,
+        };
+        let gateway = &self.gateway;
+        let dispatched =
+            upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
+        delivered(ctx, dispatched)
+    }
+}
+
+/// Notes what a delivery measured and turns its end into the request's.
+fn delivered(ctx: &mut RequestContext, dispatched: Dispatched) -> Result<(), Failure> {
+    ctx.called = dispatched.called;
+    ctx.exchange = dispatched.measured;
+    if let Some(status) = ctx.exchange.status {
+        ctx.status = status;
+    }
+    match dispatched.delivery {
+        Delivery::Delivered => Ok(()),
+        Delivery::Refused(error) => Err(Failure::Answer(error)),
+        Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
+        Delivery::ClientGone(e) => Err(Failure::Abort(e)),
+    }
+}
+
+/// Where a stored response named by a client's ID lives among the model's targets.
+fn stored_at(model: &Model, id: &str, in_body: bool) -> Result<Stored, RequestError> {
+    let named = StoredResponseId::decode(id).ok_or(RequestError::ResponseNotFound)?;
+    let target = model
+        .targets
+        .iter()
+        .position(|t| t.upstream.name == named.upstream)
+        .ok_or(RequestError::ResponseNotFound)?;
+    Ok(Stored {
+        target,
+        upstream_id: named.upstream_id,
+        in_body,
+    })
+}
+
+/// `text` as one path segment: everything but unreserved characters percent-encoded.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
+    out
 }

@@ -15,7 +15,8 @@
 //! | `health.rs`   | availability; the one place that ejects, cools down, counts and logs|
 //! | `gate.rs`     | an upstream's `max_concurrent` and its bounded queue                |
 //! | `request.rs`  | what crosses the boundary: headers both ways, the one credential use|
-//! | `exchange.rs` | one exchange over the pool: send, first byte, relay, cut stream     |
+//! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
+//! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
 
@@ -26,10 +27,11 @@ mod exchange;
 mod gate;
 mod health;
 mod probe;
+mod relay;
 mod request;
 mod verdict;
 
-pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched};
+pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;

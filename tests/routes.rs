@@ -261,3 +261,247 @@ async fn tools_and_streams_need_their_capabilities_on_every_route_that_has_them(
         embed_stream.text()
     );
 }
+
+/// A `responses` model served by two upstreams.
+fn two_responders(a: &str, b: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstreams:
+  - {{name: a, url: "{a}"}}
+  - {{name: b, url: "{b}"}}
+models:
+  - id: agent
+    endpoint_type: responses
+    capabilities: [streaming]
+    targets:
+      - {{upstream: a}}
+      - {{upstream: b}}
+  - id: other
+    upstream: a
+    endpoint_type: responses
+keys:
+  - name: alpha
+    sha256: {alpha}
+    models: ["agent"]
+"#,
+        alpha = key_hash(ALPHA),
+    )
+}
+
+fn stored(id: &str) -> Reply {
+    Reply::json(
+        200,
+        &format!(r#"{{"id":"{id}","object":"response","status":"completed","output":[]}}"#),
+    )
+}
+
+#[tokio::test]
+async fn a_stored_response_is_reached_where_it_was_made_from_any_replica() {
+    let a = MockUpstream::start().await;
+    let b = MockUpstream::start().await;
+    a.set_default(stored("resp_made_on_a"));
+    b.set_default(stored("resp_made_on_b"));
+    let config = two_responders(&a.url(), &b.url());
+    let first = TestGateway::start(&config).await;
+    // A second gateway on the same configuration: another replica, or this one restarted.
+    let second = TestGateway::start(&config).await;
+    let mut made = Vec::new();
+    for _ in 0..12 {
+        let created = post(&first, "/v1/responses", r#"{"model":"agent","input":"hi"}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_string();
+        assert!(
+            id.starts_with("resp_") && !id.contains("made_on"),
+            "our own ID: {id}"
+        );
+        made.push(id);
+    }
+    for id in &made {
+        let (a_before, b_before) = (a.requests().len(), b.requests().len());
+        let fetched = get(second.addr(), &format!("/v1/responses/{id}"), Some(ALPHA)).await;
+        assert_eq!(fetched.status, 200, "{}", fetched.text());
+        assert_eq!(
+            fetched.json()["id"],
+            id.as_str(),
+            "the ID comes back as the client knows it"
+        );
+        let on_a = a.requests().len() > a_before;
+        let on_b = b.requests().len() > b_before;
+        assert!(on_a != on_b, "one upstream asked");
+        let (mock, upstream_id) = if on_a {
+            (&a, "resp_made_on_a")
+        } else {
+            (&b, "resp_made_on_b")
+        };
+        let asked = mock.requests().last().unwrap().clone();
+        assert_eq!(asked.method, "GET");
+        assert_eq!(
+            asked.path,
+            format!("/v1/responses/{upstream_id}"),
+            "the upstream's own ID"
+        );
+    }
+    let made_on = |name: &str| {
+        made.iter()
+            .filter(|id| {
+                sluice::response_id::StoredResponseId::decode(id)
+                    .unwrap()
+                    .upstream
+                    == name
+            })
+            .count()
+    };
+    assert!(
+        made_on("a") > 0 && made_on("b") > 0,
+        "both upstreams made some (balanced by weight): a {}, b {}",
+        made_on("a"),
+        made_on("b")
+    );
+}
+
+#[tokio::test]
+async fn every_stored_response_route_and_previous_response_id_reach_the_maker() {
+    let a = MockUpstream::start().await;
+    let b = MockUpstream::start().await;
+    a.set_default(stored("resp_a1"));
+    b.set_default(stored("resp_b1"));
+    let gw = TestGateway::start(&two_responders(&a.url(), &b.url())).await;
+    let created = post(&gw, "/v1/responses", r#"{"model":"agent","input":"hi"}"#).await;
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let maker = if a.requests().len() == 1 { &a } else { &b };
+    let upstream_id = if a.requests().len() == 1 {
+        "resp_a1"
+    } else {
+        "resp_b1"
+    };
+    let auth = format!("Bearer {ALPHA}");
+    let headers = [("authorization", auth.as_str())];
+    for (method, path, upstream_path) in [
+        (
+            "DELETE",
+            format!("/v1/responses/{id}"),
+            format!("/v1/responses/{upstream_id}"),
+        ),
+        (
+            "POST",
+            format!("/v1/responses/{id}/cancel"),
+            format!("/v1/responses/{upstream_id}/cancel"),
+        ),
+        (
+            "GET",
+            format!("/v1/responses/{id}/input_items?limit=2"),
+            format!("/v1/responses/{upstream_id}/input_items?limit=2"),
+        ),
+    ] {
+        let answer = send(gw.addr(), method, &path, &headers, b"").await;
+        assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text());
+        let asked = maker.requests().last().unwrap().clone();
+        assert_eq!(
+            (asked.method.as_str(), asked.path.as_str()),
+            (method, upstream_path.as_str())
+        );
+    }
+    // A follow-up names the previous response: it goes to the same upstream, with its ID.
+    for _ in 0..6 {
+        let body = format!(r#"{{"model":"agent","input":"more","previous_response_id":"{id}"}}"#);
+        let follow = post(&gw, "/v1/responses", &body).await;
+        assert_eq!(follow.status, 200, "{}", follow.text());
+        let sent = maker.requests().last().unwrap().clone();
+        assert!(
+            String::from_utf8_lossy(&sent.body)
+                .contains(&format!(r#""previous_response_id":"{upstream_id}""#)),
+            "the upstream gets its own ID: {}",
+            String::from_utf8_lossy(&sent.body)
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_tampered_or_foreign_response_id_is_not_found() {
+    let a = MockUpstream::start().await;
+    let b = MockUpstream::start().await;
+    a.set_default(stored("resp_a1"));
+    let gw = TestGateway::start(&two_responders(&a.url(), &b.url())).await;
+    // Made on model `other`, which this key may not use.
+    let foreign = sluice::response_id::StoredResponseId {
+        model: "other".into(),
+        upstream: "a".into(),
+        upstream_id: "resp_a1".into(),
+    }
+    .encode();
+    let mut tampered = sluice::response_id::StoredResponseId {
+        model: "agent".into(),
+        upstream: "a".into(),
+        upstream_id: "resp_a1".into(),
+    }
+    .encode();
+    tampered.pop();
+    for id in ["resp_unknown", tampered.as_str(), foreign.as_str()] {
+        let answer = get(gw.addr(), &format!("/v1/responses/{id}"), Some(ALPHA)).await;
+        let (status, _, code, _) = answer.error();
+        assert_eq!((status, code.as_str()), (404, "response_not_found"), "{id}");
+    }
+    let body = r#"{"model":"agent","input":"x","previous_response_id":"resp_unknown"}"#;
+    assert_eq!(
+        post(&gw, "/v1/responses", body).await.error().2,
+        "response_not_found"
+    );
+    assert!(
+        a.requests().is_empty() && b.requests().is_empty(),
+        "nothing reached an upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_response_carries_our_ids_in_every_event() {
+    let (mock, gw) = gateway().await;
+    let events = [
+        r#"{"type":"response.created","response":{"id":"resp_s1","status":"in_progress"}}"#,
+        r#"{"type":"response.output_text.delta","delta":"Hel"}"#,
+        r#"{"type":"response.completed","response":{"id":"resp_s1","status":"completed","usage":{"input_tokens":3,"output_tokens":2}}}"#,
+    ];
+    mock.push(Reply::Sse {
+        events: events
+            .iter()
+            .map(|e| (Duration::ZERO, e.to_string()))
+            .collect(),
+        end: StreamEnd::Done,
+        close: false,
+    });
+    let body = r#"{"model":"agent","input":"hi","stream":true}"#;
+    let auth = format!("Bearer {ALPHA}");
+    let mut conn = Conn::open(gw.addr()).await;
+    conn.write(&request_bytes(
+        "POST",
+        "/v1/responses",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    ))
+    .await;
+    let response = conn.read_response().await.unwrap();
+    let text = response.text();
+    assert!(
+        !text.contains("resp_s1"),
+        "no upstream ID reaches the client: {text}"
+    );
+    let ours = sluice::response_id::StoredResponseId {
+        model: "agent".into(),
+        upstream: "mock".into(),
+        upstream_id: "resp_s1".into(),
+    }
+    .encode();
+    assert_eq!(
+        text.matches(&ours).count(),
+        2,
+        "both events carry our ID: {text}"
+    );
+    assert!(
+        text.contains(r#""delta":"Hel""#),
+        "other events pass untouched"
+    );
+}

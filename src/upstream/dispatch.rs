@@ -10,6 +10,7 @@ use crate::catalog::{Model, Upstream};
 use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::request_body::{for_target, ModelRequest};
+use crate::response_id::IdRewrite;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
@@ -24,12 +25,28 @@ pub struct Dispatch<'a> {
     pub body: Bytes,
     /// The path under the upstream's base URL, e.g. `/chat/completions`.
     pub path: String,
+    /// The stored response the request names, if any: it lives on one target only.
+    pub stored: Option<Stored>,
+    /// Stored-response IDs in the answer are rewritten to the ones clients see (the
+    /// Responses API).
+    pub rewrites_ids: bool,
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: Vec<(&'static str, String)>,
     pub retry_attempts: u32,
     pub retry_backoff: Duration,
+}
+
+/// A stored response a request names (the Responses API).
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The model's target that holds it: only this one may serve the request.
+    pub target: usize,
+    /// The upstream's own ID for it.
+    pub upstream_id: String,
+    /// Named by `previous_response_id` in the body (else by the path).
+    pub in_body: bool,
 }
 
 /// How a delivery ended, as the client sees it.
@@ -98,7 +115,11 @@ async fn attempts(
     let mut tried: Vec<usize> = Vec::new();
     let mut resends = 0;
     loop {
-        let index = match pick(model, upstreams, &tried, &mut rand::thread_rng()) {
+        let picked = match &dispatch.stored {
+            Some(stored) => Ok(stored.target),
+            None => pick(model, upstreams, &tried, &mut rand::thread_rng()),
+        };
+        let index = match picked {
             Ok(index) => index,
             Err(retry_after) => {
                 return Delivery::Refused(RequestError::NoHealthyUpstream { retry_after })
@@ -111,7 +132,11 @@ async fn attempts(
                 &dispatch.body,
                 request,
                 target.upstream_model.as_deref(),
-                None,
+                dispatch
+                    .stored
+                    .as_ref()
+                    .filter(|s| s.in_body)
+                    .map(|s| s.upstream_id.as_str()),
             ),
             None => dispatch.body.clone(),
         };
@@ -169,7 +194,8 @@ async fn attempts(
                 .with_label_values(&[&upstream.name]),
         );
         let may_resend = resends < dispatch.retry_attempts;
-        let on_429 = if may_resend && another_available(model, upstreams, &[index]) {
+        let movable = dispatch.stored.is_none();
+        let on_429 = if movable && may_resend && another_available(model, upstreams, &[index]) {
             On429::HandBack
         } else {
             On429::Relay
@@ -182,6 +208,14 @@ async fn attempts(
             response_headers: &dispatch.response_headers,
             on_429,
             request_id: dispatch.request_id,
+            rewrite: dispatch.rewrites_ids.then(|| {
+                let known: Vec<&str> = dispatch
+                    .stored
+                    .iter()
+                    .map(|s| s.upstream_id.as_str())
+                    .collect();
+                IdRewrite::new(&model.id, &upstream.name, &known)
+            }),
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;

@@ -10,17 +10,17 @@
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
 //! event.
 
-use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
+use super::error_record::UpstreamErrorRecord;
+use super::relay::{read_whole, relay_body, Passing};
 use super::request::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
-    failure_of, read_failure, send_failed, AfterCut, Connection, EarlyFailure, On429, Outcome,
-    Reached,
+    failure_of, read_failure, send_failed, Connection, EarlyFailure, On429, Outcome, Reached,
 };
 use super::Upstreams;
 use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use crate::respond::stream_error_event;
+use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -63,6 +63,8 @@ pub struct Call<'a> {
     pub on_429: On429,
     /// For the diagnostic log lines about this request.
     pub request_id: &'a str,
+    /// Stored-response IDs to rewrite in a successful answer (the Responses API).
+    pub rewrite: Option<IdRewrite>,
 }
 
 /// A failure before the response header, with whether the request may have gone out.
@@ -177,26 +179,57 @@ pub(super) async fn exchange(
         to_client.insert_header("x-should-retry", "false").ok();
     }
     measured.event_stream = is_event_stream(&to_client);
+    measured.upstream_retry_after = retry_after;
+    let mut passing = Passing {
+        // An error answer's first bytes are kept as they pass, for the error record.
+        kept: (status >= 400).then(Vec::new),
+        rewrite: call
+            .rewrite
+            .clone()
+            .filter(|_| (200..300).contains(&status)),
+        pending: Vec::new(),
+    };
+    if passing.rewrite.is_some() && !measured.event_stream {
+        // A JSON answer whose IDs change length is read whole, then sent with its length.
+        let body = match read_whole(session, &mut connection, upstream, deadline, measured).await {
+            Ok(body) => body,
+            Err(outcome) => return outcome,
+        };
+        let body = passing
+            .rewrite
+            .as_mut()
+            .map_or(body.clone(), |r| r.json(&body));
+        to_client.remove_header(&http::header::TRANSFER_ENCODING);
+        to_client
+            .insert_header("content-length", body.len().to_string())
+            .ok();
+        passing.pending = body;
+    }
     if let Err(e) = session
         .write_response_header(Box::new(to_client), false)
         .await
     {
         return Outcome::ClientGone(e);
     }
-
-    measured.upstream_retry_after = retry_after;
-    // An error answer's first bytes are kept as they pass, for the error record.
-    let mut kept = (status >= 400).then(Vec::new);
-    let relayed = relay_body(
-        session,
-        &mut connection,
-        &call,
-        deadline,
-        measured,
-        &mut kept,
-    )
-    .await;
-    if let Some(body) = kept {
+    let relayed = if passing.rewrite.is_some() && !measured.event_stream {
+        let body = bytes::Bytes::from(std::mem::take(&mut passing.pending));
+        measured.bytes_out += body.len();
+        match session.write_response_body(Some(body), false).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Outcome::ClientGone(e)),
+        }
+    } else {
+        relay_body(
+            session,
+            &mut connection,
+            &call,
+            deadline,
+            measured,
+            &mut passing,
+        )
+        .await
+    };
+    if let Some(body) = passing.kept {
         let upstream_id = response
             .headers
             .get("x-request-id")
@@ -235,7 +268,7 @@ pub(super) async fn release(
 }
 
 /// The earlier of `at` and the total deadline, if any.
-fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
+pub(super) fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
     deadline.map_or(at, |d| d.min(at))
 }
 
@@ -395,155 +428,5 @@ async fn read_header(
             continue;
         }
         return Ok(Box::new(response.clone()));
-    }
-}
-
-/// Relays body chunks as they come; watches for the client leaving and the upstream stalling
-/// (no chunk within `idle_timeout`) or running past its total deadline.
-async fn relay_body(
-    session: &mut Session,
-    connection: &mut UpstreamSession,
-    call: &Call<'_>,
-    deadline: Option<Instant>,
-    measured: &mut Exchange,
-    kept: &mut Option<Vec<u8>>,
-) -> Result<(), Outcome> {
-    let upstream = call.upstream;
-    let mut tail = EventTail::default();
-    loop {
-        let waited_from = Instant::now();
-        let next_by =
-            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
-        let read = tokio::select! {
-            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
-            gone = session.as_downstream_mut().read_body_or_idle(true) => {
-                connection.shutdown().await;
-                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
-            }
-        };
-        measured.upstream_wait += waited_from.elapsed();
-        let chunk = match read {
-            Ok(Ok(Some(chunk))) => chunk,
-            // An event stream that stops inside an event was cut, whatever its framing said.
-            Ok(Ok(None)) if measured.event_stream && !tail.at_event_end() => {
-                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
-                let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
-            }
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(e)) => {
-                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
-                let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
-            }
-            Err(_elapsed) => {
-                let error = RequestError::UpstreamTimeout;
-                return Err(end_cut_stream(session, measured, error, tail).await);
-            }
-        };
-        if chunk.is_empty() {
-            continue;
-        }
-        tail.remember(&chunk);
-        if let Some(kept) = kept {
-            let room = KEPT_BODY_BYTES.saturating_sub(kept.len());
-            kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
-        }
-        measured.bytes_out += chunk.len();
-        if let Err(e) = session.write_response_body(Some(chunk), false).await {
-            return Err(Outcome::ClientGone(e));
-        }
-    }
-}
-
-/// The last bytes relayed of a body, to tell whether an event stream stopped between events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EventTail([u8; 3]);
-
-impl Default for EventTail {
-    /// Nothing relayed yet counts as between events.
-    fn default() -> Self {
-        EventTail(*b"\n\n\n")
-    }
-}
-
-impl EventTail {
-    fn remember(&mut self, chunk: &[u8]) {
-        for &byte in chunk.iter().rev().take(3).rev() {
-            self.0 = [self.0[1], self.0[2], byte];
-        }
-    }
-
-    /// Whether the last line relayed was empty, which ends an event (LF, CR or CRLF lines).
-    fn at_event_end(&self) -> bool {
-        self.0.ends_with(b"\n\n") || self.0.ends_with(b"\r\r") || self.0 == *b"\n\r\n"
-    }
-}
-
-/// Ends a response whose upstream failed after it started. An SSE stream gets one error
-/// event and a clean end, then the connection closes; any other body can only be cut.
-async fn end_cut_stream(
-    session: &mut Session,
-    measured: &mut Exchange,
-    error: RequestError,
-    tail: EventTail,
-) -> Outcome {
-    if !measured.event_stream {
-        return Outcome::Cut {
-            error,
-            then: AfterCut::Close,
-        };
-    }
-    let event = stream_error_event(&error);
-    // Skip the separating blank line when the last event already ended cleanly.
-    let event = if tail.at_event_end() {
-        event.slice(2..)
-    } else {
-        event
-    };
-    measured.bytes_out += event.len();
-    session.set_keepalive(None);
-    let written = session.write_response_body(Some(event), false).await;
-    let ended = session.write_response_body(None, true).await;
-    let then = if written.is_err() || ended.is_err() {
-        AfterCut::Close
-    } else {
-        AfterCut::KeepAlive
-    };
-    Outcome::Cut { error, then }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::EventTail;
-
-    fn tail_of(chunks: &[&[u8]]) -> EventTail {
-        let mut tail = EventTail::default();
-        for chunk in chunks {
-            tail.remember(chunk);
-        }
-        tail
-    }
-
-    #[test]
-    fn an_event_stream_ends_cleanly_only_after_a_blank_line() {
-        assert!(tail_of(&[]).at_event_end(), "an empty body");
-        assert!(tail_of(&[b"data: a\n\n"]).at_event_end());
-        assert!(tail_of(&[b"data: a\r\n\r\n"]).at_event_end(), "CRLF lines");
-        assert!(tail_of(&[b"data: a\r\r"]).at_event_end(), "CR lines");
-        assert!(
-            tail_of(&[b"data: a\n", b"\n"]).at_event_end(),
-            "across chunks"
-        );
-        assert!(tail_of(&[b"data: a\r\n\r", b"\n"]).at_event_end());
-        assert!(
-            !tail_of(&[b"data: a\n\ndata: {\"ch"]).at_event_end(),
-            "inside an event"
-        );
-        assert!(
-            !tail_of(&[b"data: a\n"]).at_event_end(),
-            "a line but no blank line"
-        );
-        assert!(!tail_of(&[b"data: a\r\n"]).at_event_end());
     }
 }

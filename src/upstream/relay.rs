@@ -1,0 +1,265 @@
+//! Relaying an upstream's answer body to the client as it arrives: the idle and total
+//! deadlines, the client leaving, an event stream cut inside an event, the SSE error event
+//! that ends a cut stream, and what the gateway does to an answer as it passes (keeping an
+//! error answer's first bytes for the log, rewriting stored-response IDs event by event).
+
+use super::error_record::KEPT_BODY_BYTES;
+use super::exchange::{bounded, Call, Exchange};
+use super::verdict::{AfterCut, Outcome, Reached};
+use crate::catalog::Upstream;
+use crate::error::RequestError;
+use crate::respond::stream_error_event;
+use crate::response_id::IdRewrite;
+use bytes::Bytes;
+use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType};
+use std::time::Instant;
+
+/// Largest JSON answer read whole to rewrite its IDs.
+const MAX_REWRITTEN_BYTES: usize = 64 << 20;
+
+/// What happens to an answer's bytes on their way to the client.
+pub(super) struct Passing {
+    /// An error answer's first bytes, for the error record.
+    pub kept: Option<Vec<u8>>,
+    /// Stored-response IDs to rewrite.
+    pub rewrite: Option<IdRewrite>,
+    /// Bytes of an event not yet whole (when rewriting).
+    pub pending: Vec<u8>,
+}
+
+impl Passing {
+    /// The bytes to send for a chunk read, if any yet: rewritten whole events only when
+    /// IDs are being rewritten, the chunk itself otherwise.
+    fn pass(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if chunk.is_empty() {
+            return None;
+        }
+        if let Some(kept) = &mut self.kept {
+            let room = KEPT_BODY_BYTES.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        }
+        let Some(rewrite) = &mut self.rewrite else {
+            return Some(chunk);
+        };
+        self.pending.extend_from_slice(&chunk);
+        let mut out = Vec::new();
+        while let Some(end) = event_end(&self.pending) {
+            let event: Vec<u8> = self.pending.drain(..end).collect();
+            out.extend_from_slice(&rewrite.event(&event));
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+}
+
+/// Where the first whole SSE event of `bytes` ends (after its blank line).
+fn event_end(bytes: &[u8]) -> Option<usize> {
+    let find = |needle: &[u8]| {
+        bytes
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|at| at + needle.len())
+    };
+    [find(b"\n\n"), find(b"\r\n\r\n")]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// Reads a whole answer body before anything of it goes out (to rewrite it), within the
+/// idle and total deadlines and a size bound. Nothing reached the client yet, so a failure
+/// is an ordinary error answer.
+pub(super) async fn read_whole(
+    session: &mut Session,
+    connection: &mut UpstreamSession,
+    upstream: &Upstream,
+    deadline: Option<Instant>,
+    measured: &mut Exchange,
+) -> Result<Vec<u8>, Outcome> {
+    let failed = |error| Outcome::Failed {
+        error,
+        reached: Reached::Maybe,
+    };
+    let mut body = Vec::new();
+    loop {
+        let waited_from = Instant::now();
+        let next_by =
+            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                connection.shutdown().await;
+                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        measured.upstream_wait += waited_from.elapsed();
+        match read {
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Err(_)) => return Err(failed(RequestError::UpstreamClosed)),
+            Err(_elapsed) => return Err(failed(RequestError::UpstreamTimeout)),
+        }
+        if body.len() > MAX_REWRITTEN_BYTES {
+            connection.shutdown().await;
+            return Err(failed(RequestError::UpstreamProtocolError));
+        }
+    }
+}
+
+/// Relays body chunks as they come; watches for the client leaving and the upstream stalling
+/// (no chunk within `idle_timeout`) or running past its total deadline.
+pub(super) async fn relay_body(
+    session: &mut Session,
+    connection: &mut UpstreamSession,
+    call: &Call<'_>,
+    deadline: Option<Instant>,
+    measured: &mut Exchange,
+    passing: &mut Passing,
+) -> Result<(), Outcome> {
+    let upstream = call.upstream;
+    let mut tail = EventTail::default();
+    loop {
+        let waited_from = Instant::now();
+        let next_by =
+            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
+            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+                connection.shutdown().await;
+                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            }
+        };
+        measured.upstream_wait += waited_from.elapsed();
+        let chunk = match read {
+            Ok(Ok(Some(chunk))) => chunk,
+            // An event stream that stops inside an event was cut, whatever its framing said.
+            Ok(Ok(None)) if !passing.pending.is_empty() => {
+                // What is left of a stream being rewritten goes out as it is.
+                Bytes::from(std::mem::take(&mut passing.pending))
+            }
+            Ok(Ok(None)) if measured.event_stream && !tail.at_event_end() => {
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
+                let error = RequestError::UpstreamClosed;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => {
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
+                let error = RequestError::UpstreamClosed;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
+            Err(_elapsed) => {
+                let error = RequestError::UpstreamTimeout;
+                return Err(end_cut_stream(session, measured, error, tail).await);
+            }
+        };
+        let Some(chunk) = passing.pass(chunk) else {
+            continue;
+        };
+        tail.remember(&chunk);
+        measured.bytes_out += chunk.len();
+        if let Err(e) = session.write_response_body(Some(chunk), false).await {
+            return Err(Outcome::ClientGone(e));
+        }
+    }
+}
+
+/// The last bytes relayed of a body, to tell whether an event stream stopped between events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EventTail([u8; 3]);
+
+impl Default for EventTail {
+    /// Nothing relayed yet counts as between events.
+    fn default() -> Self {
+        EventTail(*b"\n\n\n")
+    }
+}
+
+impl EventTail {
+    fn remember(&mut self, chunk: &[u8]) {
+        for &byte in chunk.iter().rev().take(3).rev() {
+            self.0 = [self.0[1], self.0[2], byte];
+        }
+    }
+
+    /// Whether the last line relayed was empty, which ends an event (LF, CR or CRLF lines).
+    fn at_event_end(&self) -> bool {
+        self.0.ends_with(b"\n\n") || self.0.ends_with(b"\r\r") || self.0 == *b"\n\r\n"
+    }
+}
+
+/// Ends a response whose upstream failed after it started. An SSE stream gets one error
+/// event and a clean end, then the connection closes; any other body can only be cut.
+async fn end_cut_stream(
+    session: &mut Session,
+    measured: &mut Exchange,
+    error: RequestError,
+    tail: EventTail,
+) -> Outcome {
+    if !measured.event_stream {
+        return Outcome::Cut {
+            error,
+            then: AfterCut::Close,
+        };
+    }
+    let event = stream_error_event(&error);
+    // Skip the separating blank line when the last event already ended cleanly.
+    let event = if tail.at_event_end() {
+        event.slice(2..)
+    } else {
+        event
+    };
+    measured.bytes_out += event.len();
+    session.set_keepalive(None);
+    let written = session.write_response_body(Some(event), false).await;
+    let ended = session.write_response_body(None, true).await;
+    let then = if written.is_err() || ended.is_err() {
+        AfterCut::Close
+    } else {
+        AfterCut::KeepAlive
+    };
+    Outcome::Cut { error, then }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventTail;
+
+    fn tail_of(chunks: &[&[u8]]) -> EventTail {
+        let mut tail = EventTail::default();
+        for chunk in chunks {
+            tail.remember(chunk);
+        }
+        tail
+    }
+
+    #[test]
+    fn events_are_cut_at_their_blank_line() {
+        assert_eq!(super::event_end(b"data: a\n\ndata: b"), Some(9));
+        assert_eq!(super::event_end(b"data: a\r\n\r\n"), Some(11));
+        assert_eq!(super::event_end(b"data: a\n"), None);
+    }
+
+    #[test]
+    fn an_event_stream_ends_cleanly_only_after_a_blank_line() {
+        assert!(tail_of(&[]).at_event_end(), "an empty body");
+        assert!(tail_of(&[b"data: a\n\n"]).at_event_end());
+        assert!(tail_of(&[b"data: a\r\n\r\n"]).at_event_end(), "CRLF lines");
+        assert!(tail_of(&[b"data: a\r\r"]).at_event_end(), "CR lines");
+        assert!(
+            tail_of(&[b"data: a\n", b"\n"]).at_event_end(),
+            "across chunks"
+        );
+        assert!(tail_of(&[b"data: a\r\n\r", b"\n"]).at_event_end());
+        assert!(
+            !tail_of(&[b"data: a\n\ndata: {\"ch"]).at_event_end(),
+            "inside an event"
+        );
+        assert!(
+            !tail_of(&[b"data: a\n"]).at_event_end(),
+            "a line but no blank line"
+        );
+        assert!(!tail_of(&[b"data: a\r\n"]).at_event_end());
+    }
+}
