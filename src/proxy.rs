@@ -29,20 +29,23 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key, Model};
-use crate::endpoint::{Endpoint, EndpointType};
+use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::limits::Admission;
+use crate::multipart::{self, Form};
+use crate::request_body::ModelRequest;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::response_id::StoredResponseId;
 use crate::route::{route, Route, StoredAction};
+use crate::spool::Spool;
 use crate::transport::BufferedStream;
-use crate::upstream::{self, AfterCut, Delivery, Dispatch, Dispatched, Stored};
+use crate::upstream::{self, AfterCut, Delivery, Dispatch, Dispatched, RequestBody, Stored};
 use async_trait::async_trait;
 use bytes::Bytes;
 use context::{Failure, InFlight};
-use downstream::{answer, gateway_headers, read_body, request_host};
+use downstream::{answer, gateway_headers, read_body, read_form, request_host};
 use outcome::{log_request, record_error};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -297,22 +300,35 @@ impl Proxy {
         key: &Key,
         endpoint: Endpoint,
     ) -> Result<(), Failure> {
-        // 4. Body: size, media type, JSON, shape.
+        // 4. Body: size, media type, then its shape: JSON, or a form read as it streams.
         let headers = &session.req_header().headers;
         check_declared_length(
             headers.get("content-length").map(|v| v.as_bytes()),
             catalog.max_body_bytes,
         )?;
-        check_media_type(headers.get("content-type").map(|v| v.as_bytes()))?;
-        let body = read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?;
-        let request = inspect(&body, endpoint.kind)?;
-        ctx.model = Some(request.model.clone());
-        ctx.stream = request.stream;
+        let content_type = headers.get("content-type").map(|v| v.as_bytes());
+        let (limit, deadline) = (catalog.max_body_bytes, catalog.client_timeout);
+        let read = match endpoint.body {
+            BodyKind::Json => {
+                check_media_type(content_type)?;
+                let bytes = read_body(session, limit, deadline).await?;
+                let request = inspect(&bytes, endpoint.kind)?;
+                Read::Json(bytes, request)
+            }
+            BodyKind::Multipart => {
+                let boundary = multipart::boundary(content_type)?;
+                let (spool, form) = read_form(session, &boundary, limit, deadline).await?;
+                Read::Form(Arc::new(spool), form)
+            }
+        };
+        let (model_name, stream, uses_tools) = read.fields();
+        ctx.model = Some(model_name.to_owned());
+        ctx.stream = stream;
         // 5. The model, in this key's view, and serving this route.
         let model = catalog
-            .model_for(key, &request.model)
+            .model_for(key, model_name)
             .ok_or(RequestError::ModelNotFound {
-                model: request.model.clone(),
+                model: model_name.to_owned(),
             })?;
         ctx.model_label = Some(model.id.clone());
         if !model.endpoints.contains(&endpoint.kind) {
@@ -323,7 +339,7 @@ impl Proxy {
             .into());
         }
         // 6. Capabilities, where the route has them.
-        if request.stream && endpoint.kind.streams() && !model.streaming {
+        if stream && endpoint.kind.streams() && !model.streaming {
             return Err(RequestError::CapabilityNotSupported {
                 param: "stream",
                 model: model.id.clone(),
@@ -331,7 +347,7 @@ impl Proxy {
             }
             .into());
         }
-        if request.uses_tools && !model.tool_calling {
+        if uses_tools && !model.tool_calling {
             return Err(RequestError::CapabilityNotSupported {
                 param: "tools",
                 model: model.id.clone(),
@@ -340,15 +356,14 @@ impl Proxy {
             .into());
         }
         // A stored response named in the body lives on one of the model's targets.
-        let stored = match &request.previous_response {
-            Some((id, _)) => Some(stored_at(model, id, true)?),
+        let stored = match read.previous_response() {
+            Some(id) => Some(stored_at(model, id, true)?),
             None => None,
         };
         // 7. Upstream.
         let dispatch = Dispatch {
             model,
-            request: Some(&request),
-            body,
+            body: read.body(),
             path: endpoint.path.to_owned(),
             stored,
             rewrites_ids: endpoint.kind == EndpointType::Responses,
@@ -386,10 +401,10 @@ impl Proxy {
         let stored = stored_at(model, &id, false)?;
         // A cancel may carry a body; it passes as it is.
         let body = match action {
-            StoredAction::Cancel => {
-                read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?
-            }
-            _ => Bytes::new(),
+            StoredAction::Cancel => RequestBody::Raw(
+                read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?,
+            ),
+            _ => RequestBody::Empty,
         };
         let path = format!(
             "/responses/{}{}",
@@ -398,7 +413,6 @@ impl Proxy {
         );
         let dispatch = Dispatch {
             model,
-            request: None,
             body,
             path,
             stored: Some(stored),
@@ -413,6 +427,46 @@ impl Proxy {
         let dispatched =
             upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
         delivered(ctx, dispatched)
+    }
+}
+
+/// A request body as read: JSON with what was checked of it, or a spooled form.
+enum Read {
+    Json(Bytes, ModelRequest),
+    Form(Arc<Spool>, Form),
+}
+
+impl Read {
+    /// The model named, `stream`, and whether tools are used.
+    fn fields(&self) -> (&str, bool, bool) {
+        match self {
+            Read::Json(_, request) => (&request.model, request.stream, request.uses_tools),
+            Read::Form(_, form) => (&form.model, form.stream, false),
+        }
+    }
+
+    /// The stored response named by `previous_response_id`.
+    fn previous_response(&self) -> Option<&str> {
+        match self {
+            Read::Json(_, request) => request
+                .previous_response
+                .as_ref()
+                .map(|(id, _)| id.as_str()),
+            Read::Form(..) => None,
+        }
+    }
+
+    fn body(&self) -> RequestBody<'_> {
+        match self {
+            Read::Json(bytes, request) => RequestBody::Json {
+                bytes: bytes.clone(),
+                request,
+            },
+            Read::Form(spool, form) => RequestBody::Form {
+                spool: Arc::clone(spool),
+                model_span: form.model_span.clone(),
+            },
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! | file          | what it owns                                                        |
 //! |---------------|---------------------------------------------------------------------|
+//! | `body.rs`     | a request's body as each target receives it (renamed, spooled)      |
 //! | `dispatch.rs` | the attempt loop: choose, take a slot, exchange, verdict, resend    |
 //! | `verdict.rs`  | pure decisions: what a failure means, whether to send again        |
 //! | `choose.rs`   | weighted power of two choices among available targets               |
@@ -20,6 +21,7 @@
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
 
+mod body;
 mod choose;
 mod dispatch;
 mod error_record;
@@ -31,6 +33,7 @@ mod relay;
 mod request;
 mod verdict;
 
+pub use body::RequestBody;
 pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;

@@ -505,3 +505,106 @@ async fn a_streamed_response_carries_our_ids_in_every_event() {
         "other events pass untouched"
     );
 }
+
+/// A transcription form: the file part, then `stream` and `model` last.
+fn transcription_form(boundary: &str, model: &str, file: &[u8]) -> Vec<u8> {
+    let mut body = format!(
+        "--{boundary}\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\ncontent-type: audio/wav\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(file);
+    body.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\ncontent-disposition: form-data; name=\"response_format\"\r\n\r\njson\r\n--{boundary}\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n--{boundary}--\r\n"
+        )
+        .as_bytes(),
+    );
+    body
+}
+
+fn audio_catalog(upstream_url: &str, extra: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+{extra}
+upstreams:
+  - name: mock
+    url: {upstream_url}
+models:
+  - id: whisper
+    upstream: mock
+    upstream_model: openai/whisper-large-v3
+    endpoint_type: audio_transcription
+keys:
+  - name: alpha
+    sha256: {alpha}
+"#,
+        alpha = key_hash(ALPHA),
+    )
+}
+
+async fn upload(gw: &TestGateway, path: &str, content_type: &str, body: &[u8]) -> Response {
+    let auth = format!("Bearer {ALPHA}");
+    send(
+        gw.addr(),
+        "POST",
+        path,
+        &[("authorization", &auth), ("content-type", content_type)],
+        body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_transcription_upload_reaches_the_upstream_renamed_and_otherwise_unchanged() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&audio_catalog(&mock.url(), "")).await;
+    mock.push(Reply::json(200, r#"{"text":"hello"}"#));
+    let file: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let body = transcription_form("b0undary", "whisper", &file);
+    let content_type = "multipart/form-data; boundary=b0undary";
+    let response = upload(&gw, "/v1/audio/transcriptions", content_type, &body).await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(response.json()["text"], "hello");
+    let sent = &mock.requests()[0];
+    assert_eq!(sent.path, "/v1/audio/transcriptions");
+    assert_eq!(sent.header("content-type"), Some(content_type));
+    let expected = transcription_form("b0undary", "openai/whisper-large-v3", &file);
+    assert!(sent.body == expected, "byte-identical but the model name");
+    assert_eq!(gw.log_lines(1).await[0]["model"], "whisper");
+}
+
+#[tokio::test]
+async fn broken_uploads_get_their_error_and_reach_no_upstream() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&audio_catalog(&mock.url(), "max_body_bytes: 100000")).await;
+    let form = transcription_form("b0undary", "whisper", b"RIFF....");
+    let with_boundary = "multipart/form-data; boundary=b0undary";
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("multipart/form-data", form.clone(), 400, "invalid_request"),
+        (with_boundary, form[..form.len() - 12].to_vec(), 400, "invalid_request"),
+        (
+            with_boundary,
+            b"--b0undary\r\ncontent-disposition: form-data; name=\"file\"; filename=\"model\"\r\n\r\nx\r\n--b0undary--\r\n".to_vec(),
+            400,
+            "missing_required_parameter",
+        ),
+        ("application/json", form.clone(), 415, "unsupported_media_type"),
+        (
+            with_boundary,
+            transcription_form("b0undary", "whisper", &vec![0u8; 200_000]),
+            413,
+            "request_too_large",
+        ),
+    ];
+    for (content_type, body, status, code) in cases {
+        let response = upload(&gw, "/v1/audio/translations", content_type, &body).await;
+        let (got, _, got_code, _) = response.error();
+        assert_eq!((got, got_code.as_str()), (status, code), "{content_type}");
+    }
+    assert!(
+        mock.requests().is_empty(),
+        "no partial request reached the upstream"
+    );
+}

@@ -5,7 +5,9 @@
 use super::context::{Failure, RequestContext};
 use crate::error::RequestError;
 use crate::limits::rate_headers;
+use crate::multipart::{Form, Scanner};
 use crate::respond::LocalResponse;
+use crate::spool::Spool;
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -105,6 +107,46 @@ pub(super) async fn read_body(
     limit: usize,
     deadline: Duration,
 ) -> Result<Bytes, Failure> {
+    let mut body = BytesMut::new();
+    read_into(session, limit, deadline, |chunk| {
+        body.extend_from_slice(chunk);
+        Ok(())
+    })
+    .await?;
+    Ok(body.freeze())
+}
+
+/// Reads a `multipart/form-data` body as it streams: into a spool (memory, then an unlinked
+/// temporary file), while the scanner checks its framing and finds its `model`. The file
+/// part is never held whole in memory.
+pub(super) async fn read_form(
+    session: &mut Session,
+    boundary: &[u8],
+    limit: usize,
+    deadline: Duration,
+) -> Result<(Spool, Form), Failure> {
+    let mut spool = Spool::default();
+    let mut scanner = Scanner::new(boundary);
+    read_into(session, limit, deadline, |chunk| {
+        scanner.feed(chunk)?;
+        spool.write(chunk).map_err(|e| {
+            log::error!(target: "sluice::proxy", error:% = e; "cannot spool an upload");
+            RequestError::Internal
+        })
+    })
+    .await?;
+    Ok((spool, scanner.finish()?))
+}
+
+/// Feeds the request body to `take` chunk by chunk, refusing it past `limit` bytes, the
+/// whole of it within `deadline`. Answers `Expect: 100-continue` first: by now the request
+/// is known to be acceptable so far.
+async fn read_into(
+    session: &mut Session,
+    limit: usize,
+    deadline: Duration,
+    mut take: impl FnMut(&[u8]) -> Result<(), RequestError>,
+) -> Result<(), Failure> {
     let expects_continue = session
         .req_header()
         .headers
@@ -120,14 +162,15 @@ pub(super) async fn read_body(
     // The whole body within `deadline`, not only each read: a client trickling a byte a
     // minute must not hold its slots forever.
     let whole_body = async {
-        let mut body = BytesMut::new();
+        let mut read = 0;
         while let Some(chunk) = session.read_request_body().await.map_err(body_failure)? {
-            if body.len() + chunk.len() > limit {
+            read += chunk.len();
+            if read > limit {
                 return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
             }
-            body.extend_from_slice(&chunk);
+            take(&chunk)?;
         }
-        Ok(body.freeze())
+        Ok(())
     };
     match tokio::time::timeout(deadline, whole_body).await {
         Ok(read) => read,

@@ -1,6 +1,7 @@
 //! The one entry of the upstream half: deliver a request to one of its model's targets,
 //! sending it again where that is safe (`verdict.rs` decides), and report how it went.
 
+use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
 use super::request::{request_header, upstream_path};
@@ -9,9 +10,7 @@ use super::Upstreams;
 use crate::catalog::{Model, Upstream};
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use crate::request_body::{for_target, ModelRequest};
 use crate::response_id::IdRewrite;
-use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
@@ -20,9 +19,7 @@ use std::time::{Duration, Instant};
 /// One request to deliver.
 pub struct Dispatch<'a> {
     pub model: &'a Model,
-    /// What the gateway read of the body; `None` for a request without one.
-    pub request: Option<&'a ModelRequest>,
-    pub body: Bytes,
+    pub body: RequestBody<'a>,
     /// The path under the upstream's base URL, e.g. `/chat/completions`.
     pub path: String,
     /// The stored response the request names, if any: it lives on one target only.
@@ -127,19 +124,11 @@ async fn attempts(
         };
         let target = &model.targets[index];
         let upstream = &target.upstream;
-        let body = match dispatch.request {
-            Some(request) => for_target(
-                &dispatch.body,
-                request,
-                target.upstream_model.as_deref(),
-                dispatch
-                    .stored
-                    .as_ref()
-                    .filter(|s| s.in_body)
-                    .map(|s| s.upstream_id.as_str()),
-            ),
-            None => dispatch.body.clone(),
-        };
+        let previous = dispatch.stored.as_ref().filter(|s| s.in_body);
+        let body = dispatch.body.for_target(
+            target.upstream_model.as_deref(),
+            previous.map(|s| s.upstream_id.as_str()),
+        );
         *called = Called {
             upstream: Some(upstream.name.clone()),
             url: Some(format!(

@@ -10,6 +10,7 @@
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
 //! event.
 
+use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
 use super::relay::{read_whole, relay_body, Passing};
 use super::request::{is_event_stream, response_header, upstream_retry_after};
@@ -22,7 +23,6 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
-use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::Stream;
@@ -55,7 +55,7 @@ pub struct Exchange {
 pub struct Call<'a> {
     pub upstream: &'a Upstream,
     pub header: RequestHeader,
-    pub body: Bytes,
+    pub body: Body,
     /// When the client's request arrived (for `server-timing`).
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
@@ -335,7 +335,7 @@ async fn send(
             .write_request_header(Box::new(call.header.clone()))
             .await;
         let body_written = match header_written {
-            Ok(_) => upstream_session.write_body(&call.body).await.map(|_| ()),
+            Ok(_) => call.body.write(&mut upstream_session).await,
             Err(e) => Err(e),
         };
         coalesce.release();

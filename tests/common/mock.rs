@@ -167,6 +167,8 @@ struct State {
     abandoned: AtomicUsize,
     /// Connections that ended (closed by either side).
     closed: AtomicUsize,
+    /// Record a body's SHA-256 instead of the body (large uploads, flat memory).
+    digest_bodies: std::sync::atomic::AtomicBool,
     changed: Notify,
     gate: tokio::sync::watch::Sender<bool>,
 }
@@ -189,6 +191,7 @@ impl MockUpstream {
             connections: AtomicUsize::default(),
             abandoned: AtomicUsize::default(),
             closed: AtomicUsize::default(),
+            digest_bodies: std::sync::atomic::AtomicBool::new(false),
             changed: Notify::new(),
             gate: tokio::sync::watch::channel(false).0,
         });
@@ -233,6 +236,12 @@ impl MockUpstream {
 
     pub fn connections(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// From now on, a request's recorded `body` is the SHA-256 of its body, which is read
+    /// without being held.
+    pub fn digest_bodies(&self) {
+        self.state.digest_bodies.store(true, Ordering::SeqCst);
     }
 
     /// Connections that have ended.
@@ -284,7 +293,8 @@ async fn serve_connection(mut socket: TcpStream, index: usize, state: Arc<State>
             let _ = socket.write_all(&bytes).await;
             return;
         }
-        let Some(request) = read_body(&mut socket, &mut buffer, head).await else {
+        let digest = state.digest_bodies.load(Ordering::SeqCst);
+        let Some(request) = read_body(&mut socket, &mut buffer, head, digest).await else {
             return;
         };
         state.requests.lock().unwrap().push(request);
@@ -450,8 +460,35 @@ async fn read_head(
     ))
 }
 
-async fn read_body(socket: &mut TcpStream, buffer: &mut Vec<u8>, head: Head) -> Option<Recorded> {
+async fn read_body(
+    socket: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    head: Head,
+    digest: bool,
+) -> Option<Recorded> {
     let Head(mut request, length) = head;
+    if digest {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        let mut left = length;
+        let first = buffer.len().min(left);
+        hasher.update(&buffer[..first]);
+        buffer.drain(..first);
+        left -= first;
+        let mut chunk = vec![0u8; 64 << 10];
+        while left > 0 {
+            let n = socket.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            let used = n.min(left);
+            hasher.update(&chunk[..used]);
+            buffer.extend_from_slice(&chunk[used..n]);
+            left -= used;
+        }
+        request.body = hasher.finalize().to_vec();
+        return Some(request);
+    }
     while buffer.len() < length {
         let mut chunk = vec![0u8; 1 << 20];
         let n = socket.read(&mut chunk).await.ok()?;

@@ -1,0 +1,323 @@
+//! `multipart/form-data` bodies (audio uploads), read as they stream. The gateway needs the
+//! `model` field (and `stream`), which may come after a file part of many megabytes: the
+//! scanner is fed the body chunk by chunk while the body itself goes to a spool
+//! (`spool.rs`), and keeps only a small window, the part headers and the two field values.
+//!
+//! It checks the framing as it goes: a body without a boundary, one that ends before its
+//! closing delimiter, a part without headers, or one without a `model` field is refused
+//! before anything reaches an upstream.
+
+use crate::error::RequestError;
+use std::ops::Range;
+
+/// Longest part head (its header lines) accepted.
+const MAX_PART_HEAD_BYTES: usize = 16 << 10;
+/// Longest `model` or `stream` value read.
+const MAX_FIELD_BYTES: usize = 1024;
+/// RFC 2046: a boundary is 1 to 70 characters.
+const MAX_BOUNDARY_BYTES: usize = 70;
+
+/// What the gateway needs of a form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Form {
+    pub model: String,
+    /// Byte range of the `model` value inside the body, for the rename.
+    pub model_span: Range<u64>,
+    pub stream: bool,
+}
+
+/// The boundary of a `multipart/form-data` content type; 415 for another media type.
+pub fn boundary(content_type: Option<&[u8]>) -> Result<Vec<u8>, RequestError> {
+    let value = content_type.ok_or(RequestError::UnsupportedMediaType)?;
+    let text = std::str::from_utf8(value).map_err(|_| RequestError::UnsupportedMediaType)?;
+    let mut parts = text.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("multipart/form-data") {
+        return Err(RequestError::UnsupportedMediaType);
+    }
+    let boundary = parts
+        .filter_map(|p| p.split_once('='))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("boundary"))
+        .map(|(_, value)| value.trim().trim_matches('"'))
+        .filter(|b| !b.is_empty() && b.len() <= MAX_BOUNDARY_BYTES)
+        .ok_or(malformed("its content type names no boundary"))?;
+    Ok(boundary.as_bytes().to_vec())
+}
+
+fn malformed(detail: &'static str) -> RequestError {
+    RequestError::InvalidRequest { detail }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Before the first delimiter, or inside a part's content.
+    Content,
+    /// Just after a delimiter: `--` ends the body, a line break starts a part.
+    AfterDelimiter,
+    /// Reading a part's header lines.
+    Head,
+    /// After the closing delimiter.
+    End,
+}
+
+/// Which field a part's content is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Model,
+    Stream,
+    Other,
+}
+
+/// Reads a form's framing and the fields the gateway needs, fed the body in chunks.
+pub struct Scanner {
+    /// `\r\n--boundary`: the body is read as if it started with a line break, so the first
+    /// delimiter looks like every other.
+    delimiter: Vec<u8>,
+    state: State,
+    /// Bytes not yet consumed; `window[0]` is at body offset `window_at` (which starts at
+    /// -2 for the line break put in front).
+    window: Vec<u8>,
+    window_at: i64,
+    field: Field,
+    /// The current field's value and its start offset.
+    value: Vec<u8>,
+    value_at: i64,
+    model: Option<(String, Range<u64>)>,
+    stream: bool,
+}
+
+impl Scanner {
+    pub fn new(boundary: &[u8]) -> Scanner {
+        let mut delimiter = b"\r\n--".to_vec();
+        delimiter.extend_from_slice(boundary);
+        Scanner {
+            delimiter,
+            state: State::Content,
+            window: b"\r\n".to_vec(),
+            window_at: -2,
+            field: Field::Other,
+            value: Vec::new(),
+            value_at: 0,
+            model: None,
+            stream: false,
+        }
+    }
+
+    /// Takes the next chunk of the body.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), RequestError> {
+        self.window.extend_from_slice(chunk);
+        loop {
+            let progressed = match self.state {
+                State::Content => self.content(),
+                State::AfterDelimiter => self.after_delimiter()?,
+                State::Head => self.head()?,
+                State::End => {
+                    self.consume(self.window.len());
+                    false
+                }
+            };
+            if !progressed {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The fields, once the whole body was fed.
+    pub fn finish(self) -> Result<Form, RequestError> {
+        if self.state != State::End {
+            return Err(malformed(
+                "its multipart body ends before its closing boundary",
+            ));
+        }
+        let (model, model_span) = self
+            .model
+            .ok_or(RequestError::MissingParameter { param: "model" })?;
+        Ok(Form {
+            model,
+            model_span,
+            stream: self.stream,
+        })
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.window.drain(..n);
+        self.window_at += n as i64;
+    }
+
+    /// Content up to the next delimiter (or what surely is not part of one).
+    fn content(&mut self) -> bool {
+        let found = find(&self.window, &self.delimiter);
+        let end = match found {
+            Some(at) => at,
+            // The last bytes may start a delimiter that the next chunk completes.
+            None => self.window.len().saturating_sub(self.delimiter.len() - 1),
+        };
+        if self.field != Field::Other {
+            let room = MAX_FIELD_BYTES.saturating_sub(self.value.len());
+            self.value.extend_from_slice(&self.window[..end.min(room)]);
+        }
+        self.consume(end);
+        match found {
+            Some(_) => {
+                self.close_field();
+                self.consume(self.delimiter.len());
+                self.state = State::AfterDelimiter;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes the value of the part that just ended, if it is one the gateway needs.
+    fn close_field(&mut self) {
+        let value = String::from_utf8_lossy(&self.value).trim().to_owned();
+        let end = self.window_at as u64;
+        match self.field {
+            Field::Model if self.model.is_none() => {
+                let start = self.value_at as u64;
+                self.model = Some((value, start..end));
+            }
+            Field::Stream => self.stream = value.eq_ignore_ascii_case("true"),
+            _ => {}
+        }
+        self.field = Field::Other;
+        self.value.clear();
+    }
+
+    fn after_delimiter(&mut self) -> Result<bool, RequestError> {
+        if self.window.len() < 2 {
+            return Ok(false);
+        }
+        if self.window.starts_with(b"--") {
+            self.state = State::End;
+        } else if self.window.starts_with(b"\r\n") {
+            self.consume(2);
+            self.state = State::Head;
+        } else {
+            return Err(malformed(
+                "a multipart boundary is followed by neither a part nor the end",
+            ));
+        }
+        Ok(true)
+    }
+
+    fn head(&mut self) -> Result<bool, RequestError> {
+        let Some(at) = find(&self.window, b"\r\n\r\n") else {
+            if self.window.len() > MAX_PART_HEAD_BYTES {
+                return Err(malformed("a multipart part's headers are too long"));
+            }
+            return Ok(false);
+        };
+        let head = String::from_utf8_lossy(&self.window[..at]).into_owned();
+        self.field = field_of(&head);
+        self.consume(at + 4);
+        self.value_at = self.window_at;
+        self.state = State::Content;
+        Ok(true)
+    }
+}
+
+/// The field a part is, from its `Content-Disposition`: a file part is never the model.
+fn field_of(head: &str) -> Field {
+    let Some(disposition) = head.split("\r\n").find(|line| {
+        line.split_once(':')
+            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-disposition"))
+    }) else {
+        return Field::Other;
+    };
+    let mut name = None;
+    let mut file = false;
+    for parameter in disposition.split(';').skip(1) {
+        let Some((key, value)) = parameter.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"');
+        match key.trim().to_ascii_lowercase().as_str() {
+            "name" => name = Some(value.to_owned()),
+            "filename" | "filename*" => file = true,
+            _ => {}
+        }
+    }
+    match name.as_deref() {
+        Some("model") if !file => Field::Model,
+        Some("stream") if !file => Field::Stream,
+        _ => Field::Other,
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(model_last: bool) -> Vec<u8> {
+        let file = "--XyZ\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\ncontent-type: audio/wav\r\n\r\nRIFF--XyZ--\r\n-- XyZ\r\n";
+        let model = "--XyZ\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n";
+        let stream = "--XyZ\r\ncontent-disposition: form-data; name=\"stream\"\r\n\r\ntrue\r\n";
+        let parts = if model_last {
+            [file, stream, model]
+        } else {
+            [model, file, stream]
+        };
+        format!("{}--XyZ--\r\n", parts.concat()).into_bytes()
+    }
+
+    fn scan_in(body: &[u8], chunk: usize) -> Result<Form, RequestError> {
+        let mut scanner = Scanner::new(b"XyZ");
+        for piece in body.chunks(chunk) {
+            scanner.feed(piece)?;
+        }
+        scanner.finish()
+    }
+
+    #[test]
+    fn the_model_is_found_wherever_it_is_and_however_the_body_is_cut() {
+        for model_last in [false, true] {
+            let body = form(model_last);
+            for chunk in [1, 2, 3, 7, 64, body.len()] {
+                let form = scan_in(&body, chunk).unwrap();
+                assert_eq!(form.model, "whisper-1", "chunks of {chunk}");
+                assert!(form.stream);
+                let span = form.model_span.start as usize..form.model_span.end as usize;
+                assert_eq!(
+                    &body[span], b"whisper-1",
+                    "the span is the value, chunks of {chunk}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn broken_forms_are_refused() {
+        let body = form(true);
+        let truncated = scan_in(&body[..body.len() - 10], 5).unwrap_err();
+        assert_eq!(truncated.code(), "invalid_request");
+        let no_model = b"--XyZ\r\ncontent-disposition: form-data; name=\"file\"; filename=\"model\"\r\n\r\nx\r\n--XyZ--";
+        assert_eq!(
+            scan_in(no_model, 4).unwrap_err(),
+            RequestError::MissingParameter { param: "model" },
+            "a file named model is not the model field"
+        );
+        let garbage = b"--XyZ garbage";
+        assert_eq!(scan_in(garbage, 3).unwrap_err().code(), "invalid_request");
+    }
+
+    #[test]
+    fn the_boundary_comes_from_the_content_type() {
+        assert_eq!(
+            boundary(Some(b"multipart/form-data; boundary=\"ab c\"")).unwrap(),
+            b"ab c"
+        );
+        assert_eq!(
+            boundary(Some(b"application/json")).unwrap_err(),
+            RequestError::UnsupportedMediaType
+        );
+        assert_eq!(
+            boundary(Some(b"multipart/form-data")).unwrap_err().code(),
+            "invalid_request"
+        );
+    }
+}
