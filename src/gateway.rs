@@ -113,12 +113,14 @@ impl CheckContext for Gateway {
     }
 }
 
-/// Every series of the catalog's upstreams and keys, at zero until it moves.
+/// Every series of the catalog's upstreams and keys, at zero until it moves, and the
+/// series that describe the keys.
 fn declare_series(metrics: &Metrics, catalog: &Catalog) {
     metrics.declare(
         catalog.upstreams.iter().map(|u| u.name.as_str()),
         catalog.key_names(),
     );
+    metrics.describe_keys(catalog.keys(), &catalog.metric_labels);
 }
 
 fn unix_seconds() -> i64 {

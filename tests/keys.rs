@@ -270,3 +270,56 @@ fn agreeing_spellings_load_and_past_or_near_expiry_is_a_warning() {
         "{warnings:#?}"
     );
 }
+
+#[tokio::test]
+async fn expiry_and_key_info_series_follow_the_catalog_across_reloads() {
+    let mock = MockUpstream::start().await;
+    let fields = "    expires_at: 2030-01-01T00:00:00.900Z
+    owner: search-team@example.com
+    labels: {team: search, cost_center: '42'}";
+    let yaml = timed_config(&mock.url(), fields, "metric_labels: [team]");
+    let gw = TestGateway::start(&yaml).await;
+    let expiry = r#"sluice_key_expiry_timestamp_seconds{key="timed"}"#;
+    assert_eq!(
+        gw.metric(expiry),
+        1_893_456_000.0,
+        "set at load, in whole seconds"
+    );
+    let text = String::from_utf8(gw.gateway().metrics.render()).unwrap();
+    assert!(
+        !text.contains(r#"sluice_key_expiry_timestamp_seconds{key="alpha"}"#),
+        "a key without expires_at has no expiry series"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_key_info{key="timed",team="search"}"#),
+        1.0
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_key_info{key="alpha",team=""}"#),
+        1.0,
+        "a key without the label has it empty"
+    );
+    assert!(
+        !text.contains("search-team@example.com") && !text.contains("cost_center"),
+        "owner and unlisted labels never reach a metric label"
+    );
+
+    let later = fields.replace("2030-01-01T00:00:00.900Z", "2031-01-01T00:00:00Z");
+    swap(
+        &gw,
+        &timed_config(&mock.url(), &later, "metric_labels: [team, cost_center]"),
+        2,
+    );
+    assert_eq!(gw.metric(expiry), 1_924_992_000.0, "moved on reload");
+    assert_eq!(
+        gw.metric(r#"sluice_key_info{key="timed",team="search",cost_center="42"}"#),
+        1.0,
+        "the info series takes the new metric_labels"
+    );
+    swap(&gw, &config(&mock.url()), 3);
+    let text = String::from_utf8(gw.gateway().metrics.render()).unwrap();
+    assert!(
+        !text.contains("sluice_key_expiry_timestamp_seconds{"),
+        "a removed key's expiry series goes with it"
+    );
+}
