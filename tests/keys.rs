@@ -323,3 +323,149 @@ async fn expiry_and_key_info_series_follow_the_catalog_across_reloads() {
         "a removed key's expiry series goes with it"
     );
 }
+
+/// `GET /keys` on the admin listener, as text and JSON.
+async fn admin_keys(gw: &TestGateway, path: &str) -> (u16, String, serde_json::Value) {
+    let response = get(gw.admin(), path, None).await;
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/json"),
+        "the admin view of keys is JSON"
+    );
+    let text = response.text();
+    (response.status, text, response.json())
+}
+
+fn entry<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    list["keys"]
+        .as_array()
+        .expect("a list of keys")
+        .iter()
+        .find(|k| k["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is listed: {list}"))
+}
+
+/// Nothing of any key's secret or hash: not the key, not its hash (either case), not the
+/// leading hex digits a hash's `Debug` would show.
+fn assert_no_key_material(text: &str) {
+    for key in [ALPHA, BETA, DISABLED, TIMED] {
+        let hash = key_hash(key);
+        for secret in [
+            key.to_string(),
+            hash.clone(),
+            hash.to_uppercase(),
+            hash[..8].to_string(),
+        ] {
+            assert!(
+                !text.contains(&secret),
+                "the admin view shows no key material: {text}"
+            );
+        }
+    }
+    assert!(!text.contains("sha256"), "no hash field: {text}");
+}
+
+#[tokio::test]
+async fn the_admin_view_shows_live_counts_and_never_key_material() {
+    let mock = MockUpstream::start().await;
+    let fields = "    requests_per_minute: 60
+    burst: 5
+    max_concurrent: 3
+    expires_at: 2030-01-01T00:00:00Z
+    owner: search-team@example.com
+    labels: {team: search}";
+    let gw = TestGateway::start(&timed_config(&mock.url(), fields, "")).await;
+    gw.wall.set(Y2030_MS - 3_600_000);
+
+    let (status, text, before) = admin_keys(&gw, "/keys").await;
+    assert_eq!(status, 200);
+    assert_no_key_material(&text);
+    let idle = entry(&before, "timed");
+    assert_eq!(idle["in_flight"], 0);
+    assert_eq!(idle["last_used"], serde_json::Value::Null, "never used yet");
+    assert_eq!(idle["requests"]["used"], 0);
+
+    for _ in 0..2 {
+        assert_eq!(
+            chat(gw.addr(), TIMED, &chat_body("chat-model"))
+                .await
+                .status,
+            200
+        );
+    }
+    mock.push(Reply::stream(50, Duration::from_millis(200)));
+    let body = r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let mut stream = EventStream::open(gw.addr(), TIMED, body).await;
+    stream.next_event().await.unwrap();
+    gw.clock.advance(Duration::from_millis(500));
+
+    let (_, text, live) = admin_keys(&gw, "/keys").await;
+    assert_no_key_material(&text);
+    assert_eq!(live["generation"], 1);
+    let timed = entry(&live, "timed");
+    assert_eq!(timed["owner"], "search-team@example.com");
+    assert_eq!(timed["labels"], serde_json::json!({"team": "search"}));
+    assert_eq!(
+        timed["limits"],
+        serde_json::json!({"requests_per_minute": 60, "burst": 5, "max_concurrent": 3})
+    );
+    assert_eq!(timed["expires_at"], "2030-01-01T00:00:00Z");
+    assert_eq!(timed["expires_in_seconds"], 3600);
+    assert_eq!(
+        (&timed["active"], &timed["inactive_reason"]),
+        (&true.into(), &serde_json::Value::Null)
+    );
+    assert_eq!(timed["in_flight"], 1, "the open stream is in flight");
+    let requests = &timed["requests"];
+    assert_eq!(
+        (
+            &requests["used"],
+            &requests["remaining"],
+            &requests["limit_per_minute"]
+        ),
+        (&3.into(), &2.into(), &60.into()),
+        "three requests in the window, 500 ms after the last: {requests}"
+    );
+    assert_eq!(
+        timed["tokens"],
+        serde_json::Value::Null,
+        "no token limits yet"
+    );
+    assert_eq!(timed["last_used_seconds_ago"], 0.5);
+    assert_eq!(timed["last_used"], "2029-12-31T22:59:59.500Z");
+    let alpha = entry(&live, "alpha");
+    assert_eq!(
+        alpha["requests"],
+        serde_json::Value::Null,
+        "no rate limit, no window"
+    );
+    assert_eq!(alpha["last_used"], serde_json::Value::Null);
+    assert_eq!(entry(&live, "disabled")["inactive_reason"], "disabled");
+
+    let (status, text, one) = admin_keys(&gw, "/keys/timed").await;
+    assert_eq!(status, 200);
+    assert_no_key_material(&text);
+    assert_eq!(one["in_flight"], 1);
+    assert_eq!(one["name"], "timed");
+
+    stream.disconnect();
+    mock.wait_until("the stream to be abandoned", |m| m.abandoned() == 1)
+        .await;
+    gw.log_lines(3).await;
+    gw.wall.set(Y2030_MS);
+    let (_, _, after) = admin_keys(&gw, "/keys/timed").await;
+    assert_eq!(after["in_flight"], 0, "the stream's slot is given back");
+    assert_eq!(
+        (&after["active"], &after["inactive_reason"]),
+        (&false.into(), &"expired".into())
+    );
+
+    let (status, text, missing) = admin_keys(&gw, "/keys/no-such-key").await;
+    assert_eq!(status, 404, "{text}");
+    assert_eq!(missing["error"], "unknown_key");
+    assert_eq!(
+        get(gw.addr(), "/keys", Some(ALPHA)).await.status,
+        404,
+        "the client port does not serve the admin view"
+    );
+}
