@@ -18,7 +18,7 @@ mod server;
 mod upstream;
 mod values;
 
-pub use values::{name_problem, parse_size};
+pub use values::{name_problem, parse_size, text_problem};
 
 use crate::clock::{SystemWallClock, WallClock};
 use crate::secret::{KeyHash, Secret};

@@ -13,8 +13,6 @@ use std::collections::{HashMap, HashSet};
 
 /// A key that expires sooner than this after a load is warned about.
 const EXPIRY_WARNING_MS: i64 = 7 * 24 * 3600 * 1000;
-/// Longest `owner` or label value: they are written on every access-log line.
-const MAX_TEXT_CHARS: usize = 256;
 
 /// The valid keys, the configuration's own first. `file` is the keys file (its name for
 /// messages, and its text) when one was given; `named` says whether the configuration
@@ -278,15 +276,9 @@ fn timestamp(errors: &mut Errors, path: &str, text: Option<&str>) -> Option<i64>
     }
 }
 
-/// An `owner` or label value: shown in logs and the admin view, so one bounded line.
 fn check_text(errors: &mut Errors, path: &str, text: &str) {
-    if text.trim().is_empty() {
-        errors.push(path, "is empty (leave it out instead)");
-    } else if text.chars().count() > MAX_TEXT_CHARS || text.chars().any(char::is_control) {
-        errors.push(
-            path,
-            format!("must be at most {MAX_TEXT_CHARS} characters on one line"),
-        );
+    if let Some(problem) = super::text_problem(text) {
+        errors.push(path, problem);
     }
 }
 
