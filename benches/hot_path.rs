@@ -7,7 +7,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluice::auth::authenticate;
 use sluice::catalog::Catalog;
-use sluice::clock::MonotonicClock;
+use sluice::clock::{MonotonicClock, SystemWallClock};
 use sluice::endpoint::EndpointType;
 use sluice::error::RequestError;
 use sluice::limits::{Admission, Limiter};
@@ -55,7 +55,7 @@ fn headers() -> Vec<Vec<u8>> {
 /// One admission as the request path does it: authenticate, then rate and concurrency;
 /// the permit is dropped at once (the request ended).
 fn admit(catalog: &Catalog, limiter: &Limiter, header: &[u8]) {
-    let key = authenticate(catalog, Some(header)).expect("known key");
+    let key = authenticate(catalog, Some(header), &SystemWallClock).expect("known key");
     match limiter.admit(&key) {
         Admission::Allowed { permit, .. } => drop(black_box(permit)),
         Admission::Denied { error, .. } => panic!("bench key refused: {error:?}"),
@@ -71,7 +71,7 @@ fn admission(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % KEYS;
-            black_box(authenticate(&catalog, Some(&headers[i])).is_ok())
+            black_box(authenticate(&catalog, Some(&headers[i]), &SystemWallClock).is_ok())
         })
     });
     group.bench_function("one_thread", |b| {
@@ -130,7 +130,12 @@ fn model_extraction(c: &mut Criterion) {
 
 fn rendering(c: &mut Criterion) {
     let catalog = catalog();
-    let key = authenticate(&catalog, Some(format!("Bearer {}", key(0)).as_bytes())).unwrap();
+    let key = authenticate(
+        &catalog,
+        Some(format!("Bearer {}", key(0)).as_bytes()),
+        &SystemWallClock,
+    )
+    .unwrap();
     c.bench_function("render_models_500", |b| {
         b.iter(|| black_box(catalog.render_list(&key)))
     });

@@ -18,6 +18,11 @@ pub struct AccessRecord<'a> {
     pub path: &'a str,
     pub host: &'a str,
     pub key: Option<&'a str>,
+    /// The key's `owner` and `labels`, when it has them (free text from the configuration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_owner: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_labels: Option<&'a std::collections::BTreeMap<String, String>>,
     pub model: Option<&'a str>,
     pub upstream: Option<&'a str>,
     pub upstream_url: Option<&'a str>,

@@ -1,4 +1,7 @@
-//! The admin listener (never the client port): `/metrics`, `/healthz`, `/readyz`.
+//! The admin listener (never the client port): `/metrics`, `/healthz`, `/readyz`, and the
+//! view of keys, `/keys` and `/keys/{name}` (`admin/keys.rs`).
+
+mod keys;
 
 use crate::gateway::Gateway;
 use crate::http_app::{finish, write_simple};
@@ -56,13 +59,30 @@ impl Admin {
                 let status = if self.gateway.is_draining() { 503 } else { 200 };
                 (status, "application/json", self.readiness())
             }
+            ("GET", "/keys") => (200, "application/json", json(&keys::list(&self.gateway))),
+            ("GET", path) if path.starts_with("/keys/") => {
+                match keys::one(&self.gateway, &path["/keys/".len()..]) {
+                    Some(view) => (200, "application/json", json(&view)),
+                    None => (
+                        404,
+                        "application/json",
+                        Bytes::from_static(
+                            b"{\"error\":\"unknown_key\",\"message\":\"No key has this name; GET /keys lists them.\"}",
+                        ),
+                    ),
+                }
+            }
             _ => (
                 404,
                 "text/plain",
-                Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n"),
+                Bytes::from_static(b"not found: try /metrics, /healthz, /readyz or /keys\n"),
             ),
         }
     }
+}
+
+fn json(value: &serde_json::Value) -> Bytes {
+    Bytes::from(value.to_string())
 }
 
 #[async_trait]

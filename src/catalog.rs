@@ -1,13 +1,14 @@
 //! The catalog snapshot: upstreams (addresses resolved), models and keys, immutable once
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
+use crate::clock::WallClock;
 use crate::config::{Config, KeyConfig, UpstreamConfig, UpstreamPolicy};
 use crate::endpoint::EndpointType;
 use crate::glob;
 use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +57,15 @@ pub struct Model {
 #[derive(Debug)]
 pub struct Key {
     pub name: String,
-    pub enabled: bool,
+    pub disabled: bool,
+    /// Refused before this instant (milliseconds since the Unix epoch).
+    pub not_before_unix_ms: Option<i64>,
+    /// Refused from this instant on (milliseconds since the Unix epoch).
+    pub expires_at_unix_ms: Option<i64>,
+    pub owner: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// The `models` patterns as written, for the admin view; `None` means every model.
+    pub models: Option<Vec<String>>,
     /// Glob patterns over model IDs, as characters; `None` means every model.
     patterns: Option<Vec<Vec<char>>>,
     pub requests_per_minute: Option<NonZeroU32>,
@@ -64,7 +73,47 @@ pub struct Key {
     pub max_concurrent: Option<NonZeroU32>,
 }
 
+/// Why a known key is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inactive {
+    /// `disabled: true` (or `enabled: false`).
+    Disabled,
+    /// Before its `not_before`.
+    NotYetValid { from_unix_ms: i64 },
+    /// At or after its `expires_at`.
+    Expired { at_unix_ms: i64 },
+}
+
+impl Inactive {
+    /// The reason as the admin view names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Inactive::Disabled => "disabled",
+            Inactive::NotYetValid { .. } => "not_yet_valid",
+            Inactive::Expired { .. } => "expired",
+        }
+    }
+}
+
 impl Key {
+    /// Why the key may not be used now, if it may not. The wall clock is read only for a
+    /// key that has a validity window. A disabled key is reported as disabled whatever its
+    /// dates: that is what an operator must undo first.
+    pub fn inactive(&self, clock: &dyn WallClock) -> Option<Inactive> {
+        if self.disabled {
+            return Some(Inactive::Disabled);
+        }
+        if self.not_before_unix_ms.is_none() && self.expires_at_unix_ms.is_none() {
+            return None;
+        }
+        let now = clock.unix_millis();
+        match (self.not_before_unix_ms, self.expires_at_unix_ms) {
+            (Some(from), _) if now < from => Some(Inactive::NotYetValid { from_unix_ms: from }),
+            (_, Some(at)) if now >= at => Some(Inactive::Expired { at_unix_ms: at }),
+            _ => None,
+        }
+    }
+
     /// Whether this key's view of the catalog includes the model.
     pub fn may_use(&self, model_id: &str) -> bool {
         match &self.patterns {
@@ -94,6 +143,10 @@ pub struct Catalog {
     models: Vec<Arc<Model>>,
     model_index: HashMap<String, usize>,
     keys: HashMap<KeyHash, Arc<Key>>,
+    /// The same keys in configuration order, for the admin view.
+    ordered_keys: Vec<Arc<Key>>,
+    /// Key labels exported as labels of `sluice_key_info`.
+    pub metric_labels: Vec<String>,
 }
 
 impl Catalog {
@@ -144,10 +197,13 @@ impl Catalog {
             .enumerate()
             .map(|(i, m)| (m.id.clone(), i))
             .collect();
+        let ordered_keys: Vec<Arc<Key>> =
+            config.keys.iter().map(|k| Arc::new(build_key(k))).collect();
         let keys = config
             .keys
             .iter()
-            .map(|k| (k.hash, Arc::new(build_key(k))))
+            .zip(&ordered_keys)
+            .map(|(k, key)| (k.hash, Arc::clone(key)))
             .collect();
         Catalog {
             generation,
@@ -162,12 +218,24 @@ impl Catalog {
             models,
             model_index,
             keys,
+            ordered_keys,
+            metric_labels: config.metric_labels.clone(),
         }
     }
 
     /// The names of every key (limit state of other names can go).
     pub fn key_names(&self) -> impl Iterator<Item = &str> {
-        self.keys.values().map(|k| k.name.as_str())
+        self.ordered_keys.iter().map(|k| k.name.as_str())
+    }
+
+    /// Every key, in configuration order.
+    pub fn keys(&self) -> &[Arc<Key>] {
+        &self.ordered_keys
+    }
+
+    /// The key of this name, if any (the admin view; requests look keys up by hash).
+    pub fn key_named(&self, name: &str) -> Option<&Arc<Key>> {
+        self.ordered_keys.iter().find(|k| k.name == name)
     }
 
     /// The key whose hash this is, if any.
@@ -225,7 +293,12 @@ fn strip_port(host: &str) -> &str {
 fn build_key(key: &KeyConfig) -> Key {
     Key {
         name: key.name.clone(),
-        enabled: key.enabled,
+        disabled: key.disabled,
+        not_before_unix_ms: key.not_before_unix_ms,
+        expires_at_unix_ms: key.expires_at_unix_ms,
+        owner: key.owner.clone(),
+        labels: key.labels.clone(),
+        models: key.models.clone(),
         patterns: key
             .models
             .as_ref()

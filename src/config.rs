@@ -18,12 +18,14 @@ mod server;
 mod upstream;
 mod values;
 
-pub use values::{name_problem, parse_size};
+pub use values::{name_problem, parse_size, text_problem};
 
+use crate::clock::{SystemWallClock, WallClock};
 use crate::endpoint::EndpointType;
 use crate::secret::{KeyHash, Secret};
 use pingora::protocols::tls::CaType;
 use raw::RawConfig;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -100,6 +102,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub models: Vec<ModelConfig>,
     pub keys: Vec<KeyConfig>,
+    /// Names of key `labels` that become labels of `sluice_key_info`.
+    pub metric_labels: Vec<String>,
     /// What a valid configuration probably got wrong, in file order.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -166,7 +170,17 @@ pub struct TargetConfig {
 pub struct KeyConfig {
     pub name: String,
     pub hash: KeyHash,
-    pub enabled: bool,
+    /// `disabled: true` (or the older `enabled: false`): refused until re-enabled.
+    pub disabled: bool,
+    /// Refused before this instant, in milliseconds since the Unix epoch.
+    pub not_before_unix_ms: Option<i64>,
+    /// Refused from this instant on, in milliseconds since the Unix epoch.
+    pub expires_at_unix_ms: Option<i64>,
+    /// Who the key belongs to: free text for logs and the admin view.
+    pub owner: Option<String>,
+    /// Free-text labels for logs and the admin view; in metrics only through
+    /// `metric_labels` and `sluice_key_info`.
+    pub labels: BTreeMap<String, String>,
     /// Glob patterns over model IDs; `None` means every model.
     pub models: Option<Vec<String>>,
     pub requests_per_minute: Option<NonZeroU32>,
@@ -269,6 +283,7 @@ pub fn parse_with(
     let settings = server::settings(&mut errors, &parsed);
     // A list that could not be read was reported; what refers to it is not checked.
     let upstreams_readable = !parsed.unreadable("upstreams");
+    let keys_readable = !parsed.unreadable("keys");
     let raw = parsed.raw;
     let (upstreams, declared) = upstream::upstreams(&mut errors, raw.upstreams, env, lookup);
     let models = model::models(
@@ -277,15 +292,24 @@ pub fn parse_with(
         upstreams_readable.then_some(declared.as_slice()),
     );
     let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    let before_keys = errors.list.len();
     let keys = key::keys(
         &mut errors,
         raw.keys,
         raw.keys_file.is_some(),
         keys,
         &model_ids,
+        SystemWallClock.unix_millis(),
+    );
+    // Whether a label is used by some key is only known when every key could be read.
+    let keys_complete = errors.list.len() == before_keys && keys_readable;
+    let metric_labels = key::metric_labels(
+        &mut errors,
+        raw.metric_labels.unwrap_or_default(),
+        keys_complete.then_some(keys.as_slice()),
     );
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
-    Ok(settings.into_config(upstreams, models, keys, errors.warnings))
+    Ok(settings.into_config(upstreams, models, keys, metric_labels, errors.warnings))
 }

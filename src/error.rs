@@ -4,6 +4,8 @@
 //! about, and a one-sentence message a user can act on. `respond.rs` renders it; nothing
 //! else builds error JSON.
 
+use crate::catalog::Inactive;
+use crate::clock::rfc3339;
 use std::time::Duration;
 
 /// A failure the gateway answers itself, in the OpenAI error envelope.
@@ -13,7 +15,13 @@ pub enum RequestError {
         repeated_prefix: bool,
     },
     MissingApiKey,
+    /// No key has this hash.
     InvalidApiKey,
+    /// The key exists but may not be used now (also `invalid_api_key`); the message says
+    /// why, about this key only.
+    InactiveApiKey {
+        why: Inactive,
+    },
     RateLimited {
         retry_after: Duration,
     },
@@ -90,7 +98,7 @@ impl RequestError {
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
-            MissingApiKey | InvalidApiKey => 401,
+            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => 401,
             UnknownRoute { .. }
             | ModelNotFound { .. }
             | EndpointNotSupported { .. }
@@ -111,7 +119,7 @@ impl RequestError {
     pub fn error_type(&self) -> &'static str {
         use RequestError::*;
         match self {
-            MissingApiKey | InvalidApiKey => "authentication_error",
+            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => "authentication_error",
             RateLimited { .. } | ConcurrencyLimited { .. } => "rate_limit_error",
             Internal | Overloaded { .. } => "server_error",
             UpstreamUnavailable
@@ -131,7 +139,7 @@ impl RequestError {
         match self {
             UnknownRoute { .. } => "unknown_route",
             MissingApiKey => "missing_api_key",
-            InvalidApiKey => "invalid_api_key",
+            InvalidApiKey | InactiveApiKey { .. } => "invalid_api_key",
             RateLimited { .. } => "rate_limit_exceeded",
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             RequestTooLarge { .. } => "request_too_large",
@@ -196,6 +204,17 @@ impl RequestError {
                 `Authorization: Bearer <API_KEY>`."
                 .into(),
             InvalidApiKey => "The API key is not valid. Check the key you are sending.".into(),
+            InactiveApiKey { why: Inactive::Disabled } => "This API key has been disabled. \
+                Ask the gateway's operator to enable it or to issue you a new one."
+                .into(),
+            InactiveApiKey { why: Inactive::Expired { at_unix_ms } } => format!(
+                "This API key expired at {}. Ask the gateway's operator for a new one.",
+                rfc3339(*at_unix_ms)
+            ),
+            InactiveApiKey { why: Inactive::NotYetValid { from_unix_ms } } => format!(
+                "This API key is not valid before {}. Use it from then on.",
+                rfc3339(*from_unix_ms)
+            ),
             RateLimited { retry_after } => format!(
                 "Rate limit reached for this API key. Retry after {} ms.",
                 retry_after.as_millis()
@@ -268,6 +287,13 @@ mod tests {
             ),
             (RequestError::MissingApiKey, 401, "missing_api_key"),
             (
+                RequestError::InactiveApiKey {
+                    why: Inactive::Disabled,
+                },
+                401,
+                "invalid_api_key",
+            ),
+            (
                 RequestError::UnknownRoute {
                     repeated_prefix: false,
                 },
@@ -301,6 +327,43 @@ mod tests {
             assert_eq!(error.status(), status, "status of {error:?}");
             assert_eq!(error.code(), code, "code of {error:?}");
         }
+    }
+
+    #[test]
+    fn an_inactive_key_is_told_why_and_when() {
+        let expired = RequestError::InactiveApiKey {
+            why: Inactive::Expired {
+                at_unix_ms: 1_767_225_600_000,
+            },
+        };
+        assert_eq!(expired.error_type(), "authentication_error");
+        assert!(
+            expired
+                .message()
+                .contains("expired at 2026-01-01T00:00:00Z"),
+            "{}",
+            expired.message()
+        );
+        let early = RequestError::InactiveApiKey {
+            why: Inactive::NotYetValid {
+                from_unix_ms: 1_767_225_600_500,
+            },
+        };
+        assert!(
+            early
+                .message()
+                .contains("not valid before 2026-01-01T00:00:00.500Z"),
+            "{}",
+            early.message()
+        );
+        let disabled = RequestError::InactiveApiKey {
+            why: Inactive::Disabled,
+        };
+        assert!(
+            disabled.message().contains("disabled"),
+            "{}",
+            disabled.message()
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemWallClock, WallClock};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::upstream::{Availability, CheckContext, Upstreams};
@@ -22,6 +22,8 @@ pub struct Gateway {
     pub upstreams: Upstreams,
     pub metrics: Metrics,
     pub access_log: AccessLog,
+    /// What a key's `expires_at` and `not_before` are compared with, at each request.
+    pub wall_clock: Arc<dyn WallClock>,
     draining: AtomicBool,
 }
 
@@ -37,8 +39,16 @@ impl Gateway {
             upstreams: Upstreams::new(clock),
             metrics,
             access_log,
+            wall_clock: Arc::new(SystemWallClock),
             draining: AtomicBool::new(false),
         }
+    }
+
+    /// The same gateway, with key validity checked against `wall_clock` (tests set the
+    /// date with it).
+    pub fn with_wall_clock(mut self, wall_clock: Arc<dyn WallClock>) -> Self {
+        self.wall_clock = wall_clock;
+        self
     }
 
     /// The snapshot a request uses from start to end.
@@ -103,12 +113,14 @@ impl CheckContext for Gateway {
     }
 }
 
-/// Every series of the catalog's upstreams and keys, at zero until it moves.
+/// Every series of the catalog's upstreams and keys, at zero until it moves, and the
+/// series that describe the keys.
 fn declare_series(metrics: &Metrics, catalog: &Catalog) {
     metrics.declare(
         catalog.upstreams.iter().map(|u| u.name.as_str()),
         catalog.key_names(),
     );
+    metrics.describe_keys(catalog.keys(), &catalog.metric_labels);
 }
 
 fn unix_seconds() -> i64 {

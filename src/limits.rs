@@ -26,6 +26,18 @@ pub struct RateStatus {
     pub reset: Duration,
 }
 
+/// What the limiter knows of one key now, for the admin view. Read without changing
+/// anything: a key that has sent nothing has no state, and reads as idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyUsage {
+    /// Where the key stands on its request rate; `None` without `requests_per_minute`.
+    pub rate: Option<RateStatus>,
+    /// Its requests in flight now (every key's are counted, limited or not).
+    pub in_flight: u32,
+    /// How long ago its last request was authenticated (admitted or refused by a limit).
+    pub since_last_request: Option<Duration>,
+}
+
 /// A held concurrency slot (per key, or gateway-wide). Released on drop; the last
 /// gateway-wide slot to go wakes whoever waits for the gateway to be idle.
 #[derive(Debug, Default)]
@@ -158,20 +170,21 @@ impl Limiter {
             }
         }
         let mut permit = Permit::default();
-        if let Some(limit) = key.max_concurrent {
-            if !try_take(&state.in_flight, limit.get()) {
-                let error = RequestError::ConcurrencyLimited {
-                    retry_after: CONCURRENCY_RETRY_HINT,
-                };
-                let rate = limits.map(|(per_minute, burst)| position(*tat, now, per_minute, burst));
-                return Admission::Denied {
-                    error,
-                    rate,
-                    since_previous,
-                };
-            }
-            permit.slots.push(Arc::clone(&state.in_flight));
+        // Every key's requests in flight are counted (for the admin view); only a key with
+        // max_concurrent can be refused.
+        let limit = key.max_concurrent.map_or(u32::MAX, |limit| limit.get());
+        if !try_take(&state.in_flight, limit) {
+            let error = RequestError::ConcurrencyLimited {
+                retry_after: CONCURRENCY_RETRY_HINT,
+            };
+            let rate = limits.map(|(per_minute, burst)| position(*tat, now, per_minute, burst));
+            return Admission::Denied {
+                error,
+                rate,
+                since_previous,
+            };
         }
+        permit.slots.push(Arc::clone(&state.in_flight));
         if let Some(next) = next_tat {
             *tat = next;
         }
@@ -191,11 +204,39 @@ impl Limiter {
         Some(position(tat, self.clock.now(), per_minute.get(), burst))
     }
 
-    /// Requests of this key holding a concurrency slot now.
+    /// Requests of this key in flight now.
     pub fn in_flight(&self, key_name: &str) -> u32 {
         self.keys
             .get(key_name)
             .map_or(0, |s| s.in_flight.load(Ordering::Acquire))
+    }
+
+    /// The key's rate position, requests in flight and last request, without counting a
+    /// request or creating state.
+    pub fn usage(&self, key: &Key) -> KeyUsage {
+        let now = self.clock.now();
+        let state = self.keys.get(&key.name).map(|s| Arc::clone(&s));
+        let rate = key.requests_per_minute.map(|per_minute| {
+            let tat = state.as_ref().map_or(Duration::ZERO, |s| {
+                *s.tat.lock().unwrap_or_else(|p| p.into_inner())
+            });
+            let burst = key.burst.unwrap_or(per_minute).get();
+            position(tat, now, per_minute.get(), burst)
+        });
+        let Some(state) = state else {
+            return KeyUsage {
+                rate,
+                in_flight: 0,
+                since_last_request: None,
+            };
+        };
+        let previous = state.previous_micros.load(Ordering::Acquire);
+        KeyUsage {
+            rate,
+            in_flight: state.in_flight.load(Ordering::Acquire),
+            since_last_request: (previous != 0)
+                .then(|| now.saturating_sub(Duration::from_micros(previous - 1))),
+        }
     }
 
     /// After a reload: drop the state of keys that no longer exist, once nothing of theirs

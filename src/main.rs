@@ -10,8 +10,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use rand::RngCore;
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
-use sluice::clock::MonotonicClock;
-use sluice::config::{load_files, load_files_with, name_problem, Config, HostLookup};
+use sluice::clock::{rfc3339, MonotonicClock, SystemWallClock, WallClock};
+use sluice::config::{load_files, load_files_with, name_problem, text_problem, Config, HostLookup};
 use sluice::gateway::Gateway;
 use sluice::reload::{Reloader, Trigger};
 use sluice::secret::KeyHash;
@@ -39,11 +39,20 @@ enum Command {
         #[arg(long)]
         no_resolve: bool,
     },
-    /// Print a new random API key and the `sha256:` line to paste into the configuration.
+    /// Print a new random API key and its entry to paste into the configuration.
     Key {
         /// The key's name in the configuration (the rule `check` applies to key names).
         #[arg(long, default_value = "my-key", value_parser = key_name)]
         name: String,
+        /// The key stops working this long from now (`30d`, `12h`): sets `expires_at`.
+        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "expires_at")]
+        expires_in: Option<Duration>,
+        /// The key stops working at this RFC 3339 date and time: sets `expires_at`.
+        #[arg(long, value_parser = rfc3339_instant)]
+        expires_at: Option<i64>,
+        /// Who the key belongs to (free text, shown in logs and the admin view).
+        #[arg(long, value_parser = owner_text)]
+        owner: Option<String>,
     },
     /// Run only the built-in echo backend (for benchmarks and trials).
     Echo {
@@ -59,8 +68,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { no_resolve }) => check(&cli.config, no_resolve),
-        Some(Command::Key { name }) => {
-            print_key(&name);
+        Some(Command::Key {
+            name,
+            expires_in,
+            expires_at,
+            owner,
+        }) => {
+            let expires_at = expires_at.or_else(|| {
+                // Whole seconds: the line stays readable.
+                let now_ms = SystemWallClock.unix_millis();
+                expires_in.map(|d| (now_ms + d.as_millis() as i64).div_euclid(1000) * 1000)
+            });
+            print_key(&name, expires_at, owner.as_deref());
             ExitCode::SUCCESS
         }
         Some(Command::Echo { listen, word_delay }) => echo(listen, word_delay),
@@ -73,6 +92,23 @@ fn key_name(name: &str) -> Result<String, String> {
     match name_problem(name) {
         Some(problem) => Err(format!("a key name {problem}")),
         None => Ok(name.to_string()),
+    }
+}
+
+/// `--expires-at` of `sluice key`, as milliseconds since the Unix epoch.
+fn rfc3339_instant(text: &str) -> Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|time| time.timestamp_millis())
+        .map_err(|_| {
+            format!("'{text}' is not an RFC 3339 date and time (example: 2026-03-01T00:00:00Z)")
+        })
+}
+
+/// `--owner` of `sluice key`, refused here by the rule `check` applies.
+fn owner_text(text: &str) -> Result<String, String> {
+    match text_problem(text) {
+        Some(problem) => Err(format!("an owner {problem}")),
+        None => Ok(text.to_string()),
     }
 }
 
@@ -107,7 +143,7 @@ fn check(path: &Path, no_resolve: bool) -> ExitCode {
     }
 }
 
-fn print_key(name: &str) {
+fn print_key(name: &str, expires_at_unix_ms: Option<i64>, owner: Option<&str>) {
     let mut bytes = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
     let key = format!(
@@ -116,9 +152,19 @@ fn print_key(name: &str) {
     );
     let hash = KeyHash::of(key.as_bytes()).to_hex();
     println!("key:    {key}");
-    // Quoted: a plain name like `null` or `1e3` would be read as something else.
-    println!("config: - {{name: '{name}', sha256: {hash}}}");
-    eprintln!("Give the key to its user; only the sha256 line goes into the configuration.");
+    // Quoted: a plain name like `null` or `1e3` would be read as something else. In single
+    // quotes YAML escapes nothing but the quote itself, doubled.
+    let mut entry = format!("name: '{name}', sha256: {hash}");
+    if let Some(at) = expires_at_unix_ms {
+        entry.push_str(&format!(", expires_at: {}", rfc3339(at)));
+    }
+    if let Some(owner) = owner {
+        entry.push_str(&format!(", owner: '{}'", owner.replace('\'', "''")));
+    }
+    println!("config: - {{{entry}}}");
+    eprintln!(
+        "Give the key to its user; only the config line goes into the configuration (under keys:)."
+    );
 }
 
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {

@@ -1,10 +1,14 @@
 //! Every Prometheus series the gateway exports, in one owned registry (no globals, so tests
 //! run several gateways in one process). Labels come only from configuration and fixed sets.
 
+use crate::catalog::Key;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::sync::{Arc, Mutex};
 
 /// Label value for a request that named no known key or model.
 pub const UNKNOWN: &str = "unknown";
@@ -16,8 +20,12 @@ const ANONYMOUS_CODES: [&str; 4] = [
     "unknown_route",
     "invalid_request",
 ];
-/// A key's own limits.
-const KEY_LIMIT_CODES: [&str; 2] = ["rate_limit_exceeded", "concurrency_limit_exceeded"];
+/// Rejections counted under a key's name: its own limits, and the key being inactive.
+const KEY_CODES: [&str; 3] = [
+    "rate_limit_exceeded",
+    "concurrency_limit_exceeded",
+    "invalid_api_key",
+];
 /// The codes of `sluice_upstream_errors_total`.
 const UPSTREAM_CODES: [&str; 4] = [
     "upstream_unavailable",
@@ -46,6 +54,8 @@ pub struct Metrics {
     pub access_log_dropped: IntGauge,
     pub config_generation: IntGauge,
     pub config_last_success: IntGauge,
+    pub key_expiry: IntGaugeVec,
+    key_info: KeyInfo,
 }
 
 impl Metrics {
@@ -193,6 +203,15 @@ impl Metrics {
             "Access log lines dropped since start because stdout did not keep up (set at scrape time).",
         )
         .expect("valid metric");
+        let key_expiry = IntGaugeVec::new(
+            Opts::new(
+                "sluice_key_expiry_timestamp_seconds",
+                "Unix time at which a key's expires_at makes it invalid (keys with expires_at only).",
+            ),
+            &["key"],
+        )
+        .expect("valid metric");
+        let key_info = KeyInfo::new();
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "sluice_build_info",
@@ -224,6 +243,8 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
+            Box::new(key_expiry.clone()),
+            Box::new(key_info.clone()),
             Box::new(build_info),
         ] {
             registry
@@ -250,7 +271,24 @@ impl Metrics {
             upstream_queue,
             upstream_health_checks,
             access_log_dropped,
+            key_expiry,
+            key_info,
         }
+    }
+
+    /// The series that describe the keys themselves, replaced whole at start and on every
+    /// reload: `sluice_key_expiry_timestamp_seconds` for each key with `expires_at`, and
+    /// `sluice_key_info` with the labels `metric_labels` names.
+    pub fn describe_keys(&self, keys: &[Arc<Key>], metric_labels: &[String]) {
+        self.key_expiry.reset();
+        for key in keys {
+            if let Some(at) = key.expires_at_unix_ms {
+                self.key_expiry
+                    .with_label_values(&[&key.name])
+                    .set(at.div_euclid(1000));
+            }
+        }
+        self.key_info.replace(keys, metric_labels);
     }
 
     /// Creates, at zero, every series whose labels all come from configuration and fixed
@@ -285,7 +323,7 @@ impl Metrics {
         }
         for key in keys {
             self.in_flight.with_label_values(&[key]);
-            for code in KEY_LIMIT_CODES {
+            for code in KEY_CODES {
                 self.rejections.with_label_values(&[key, code]);
             }
         }
@@ -297,6 +335,79 @@ impl Metrics {
         // Encoding into a Vec cannot fail for well-formed metrics.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+/// `sluice_key_info{key, <each of metric_labels>} 1`: the one series that carries key
+/// labels, to be joined onto any series with a `key` label. Its label names change with
+/// `metric_labels` on a reload, which a fixed-label vector cannot do, so it is collected
+/// from rows rebuilt at each load.
+#[derive(Clone)]
+struct KeyInfo {
+    desc: Arc<Desc>,
+    rows: Arc<Mutex<Vec<Metric>>>,
+}
+
+impl KeyInfo {
+    const NAME: &'static str = "sluice_key_info";
+
+    fn new() -> Self {
+        let desc = Desc::new(
+            Self::NAME.into(),
+            "Always 1; a key's labels listed in metric_labels, to join on the key label.".into(),
+            Vec::new(),
+            Default::default(),
+        )
+        .expect("valid metric");
+        KeyInfo {
+            desc: Arc::new(desc),
+            rows: Arc::default(),
+        }
+    }
+
+    fn replace(&self, keys: &[Arc<Key>], metric_labels: &[String]) {
+        let pair = |name: &str, value: &str| {
+            let mut pair = LabelPair::default();
+            pair.set_name(name.into());
+            pair.set_value(value.into());
+            pair
+        };
+        let rows = keys
+            .iter()
+            .map(|key| {
+                let mut labels = vec![pair("key", &key.name)];
+                for name in metric_labels {
+                    let value = key.labels.get(name).map_or("", String::as_str);
+                    labels.push(pair(name, value));
+                }
+                let mut gauge = Gauge::default();
+                gauge.set_value(1.0);
+                let mut metric = Metric::default();
+                metric.set_label(labels);
+                metric.set_gauge(gauge);
+                metric
+            })
+            .collect();
+        *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = rows;
+    }
+}
+
+impl Collector for KeyInfo {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        let mut family = MetricFamily::default();
+        family.set_name(Self::NAME.into());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::GAUGE);
+        family.set_metric(rows);
+        vec![family]
     }
 }
 

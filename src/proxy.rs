@@ -205,10 +205,15 @@ impl Proxy {
         }
         let route = route(&request.method, request.uri.path())?;
         // 2. Bearer key.
-        let key = authenticate(
-            &catalog,
-            request.headers.get("authorization").map(|v| v.as_bytes()),
-        )?;
+        let authorization = request.headers.get("authorization").map(|v| v.as_bytes());
+        let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {
+            Ok(key) => key,
+            Err(refused) => {
+                // A known key that may not be used now is named in the log and the count.
+                ctx.key = refused.key;
+                return Err(refused.error.into());
+            }
+        };
         ctx.key = Some(Arc::clone(&key));
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         self.admit(ctx, &catalog, &key)?;

@@ -277,3 +277,101 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     assert_eq!(stdout.lines().count(), 3, "three access log lines");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The `config:` line of `sluice key`'s output.
+fn entry_line(output: &std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("config:"))
+        .unwrap_or_else(|| panic!("a config line in {text}"))
+        .trim()
+        .to_string()
+}
+
+/// `sluice check` of a configuration whose only key is `entry`.
+fn check_with_key(dir: &std::path::Path, entry: &str) -> std::process::Output {
+    let path = dir.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "upstreams:\n  - {{name: u, url: \"http://127.0.0.1:9/v1\"}}\nmodels:\n  - {{id: m, upstream: u}}\nkeys:\n  {entry}\n"
+        ),
+    )
+    .unwrap();
+    sluice(&["check", "--config", path.to_str().unwrap()])
+}
+
+#[test]
+fn key_with_expiry_and_owner_prints_an_entry_that_check_loads() {
+    let dir = temp_dir("check-key-entry");
+    let output = sluice(&[
+        "key",
+        "--name",
+        "team-a",
+        "--expires-in",
+        "30d",
+        "--owner",
+        "O'Brien's team",
+    ]);
+    assert!(output.status.success());
+    let line = entry_line(&output);
+    let parsed: serde_yaml::Value = serde_yaml::from_str(&line).expect("the config line is YAML");
+    assert_eq!(parsed[0]["owner"].as_str(), Some("O'Brien's team"));
+    let expires_at = parsed[0]["expires_at"].as_str().expect("an expires_at");
+    let expires_at = chrono::DateTime::parse_from_rfc3339(expires_at).expect("RFC 3339");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ahead = expires_at.timestamp() - now;
+    assert!(
+        (30 * 86_400 - 60..=30 * 86_400).contains(&ahead),
+        "30 days from when it ran: {ahead} s ahead in {line}"
+    );
+    let checked = check_with_key(&dir, &line);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "check loads the entry: {stderr}");
+    assert!(
+        !stderr.contains("warning"),
+        "30 days away is no warning: {stderr}"
+    );
+
+    let soon = entry_line(&sluice(&["key", "--name", "soon", "--expires-in", "2d"]));
+    let checked = check_with_key(&dir, &soon);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("keys[0].expires_at: the key expires in less than 7 days"),
+        "check warns about a key that expires within a week: {stderr}"
+    );
+
+    let past = entry_line(&sluice(&[
+        "key",
+        "--name",
+        "old",
+        "--expires-at",
+        "2020-01-01T00:00:00+02:00",
+    ]));
+    assert!(past.contains("expires_at: 2019-12-31T22:00:00Z"), "{past}");
+    let checked = check_with_key(&dir, &past);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        checked.status.success() && stderr.contains("keys[0].expires_at: is in the past"),
+        "an expired key is a warning, not an error: {stderr}"
+    );
+
+    let backwards = past.replace('}', ", not_before: 2021-01-01T00:00:00Z}");
+    let checked = check_with_key(&dir, &backwards);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        !checked.status.success()
+            && stderr.contains("keys[0].not_before: is not before expires_at"),
+        "not_before after expires_at is an error: {stderr}"
+    );
+
+    let bad = sluice(&["key", "--expires-at", "next week"]);
+    assert!(!bad.status.success(), "a bad date fails at once");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("'next week' is not an RFC 3339"));
+    let _ = std::fs::remove_dir_all(dir);
+}

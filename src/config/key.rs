@@ -1,6 +1,7 @@
 //! Keys: those written in `gateway.yaml` and those of the keys file it names, each
 //! checked, then unique by name and by hash across both. A key whose `models` patterns
-//! match no model is valid but warned about.
+//! match no model is valid but warned about, as is one that has expired or expires soon.
+//! Also `metric_labels`, which names labels of the keys.
 
 use super::parsed::{items, Parsed};
 use super::raw::{RawKey, RawKeysFile};
@@ -8,7 +9,10 @@ use super::values::{check_name, nonzero, required, Errors};
 use super::KeyConfig;
 use crate::glob;
 use crate::secret::KeyHash;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+/// A key that expires sooner than this after a load is warned about.
+const EXPIRY_WARNING_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// The valid keys, the configuration's own first. `file` is the keys file (its name for
 /// messages, and its text) when one was given; `named` says whether the configuration
@@ -19,8 +23,9 @@ pub(super) fn keys(
     named: bool,
     file: Option<(&str, &str)>,
     models: &[&str],
+    now_unix_ms: i64,
 ) -> Vec<KeyConfig> {
-    let own = parse_keys(errors, inline, models);
+    let own = parse_keys(errors, inline, models, now_unix_ms);
     // Errors inside the keys file name that file, not the configuration.
     let mut file_errors = Errors::new(file.map_or("", |(name, _)| name));
     let from_file = match file {
@@ -32,7 +37,7 @@ pub(super) fn keys(
                 );
             }
             match file_errors.document::<RawKeysFile>(text) {
-                Some(parsed) => parse_keys(&mut file_errors, parsed.raw.keys, models),
+                Some(parsed) => parse_keys(&mut file_errors, parsed.raw.keys, models, now_unix_ms),
                 None => Vec::new(),
             }
         }
@@ -101,18 +106,24 @@ fn parse_keys(
     errors: &mut Errors,
     values: Vec<serde_yaml::Value>,
     models: &[&str],
+    now_unix_ms: i64,
 ) -> Vec<(String, KeyConfig)> {
     let raw_keys: Vec<Parsed<RawKey>> = items(errors, "keys", values);
     raw_keys
         .into_iter()
         .filter_map(|parsed| {
             let path = parsed.path.clone();
-            key(errors, parsed, models).map(|key| (path, key))
+            key(errors, parsed, models, now_unix_ms).map(|key| (path, key))
         })
         .collect()
 }
 
-fn key(errors: &mut Errors, parsed: Parsed<RawKey>, models: &[&str]) -> Option<KeyConfig> {
+fn key(
+    errors: &mut Errors,
+    parsed: Parsed<RawKey>,
+    models: &[&str],
+    now_unix_ms: i64,
+) -> Option<KeyConfig> {
     let before = errors.list.len();
     let path = parsed.path.as_str();
     let raw = &parsed.raw;
@@ -162,13 +173,41 @@ fn key(errors: &mut Errors, parsed: Parsed<RawKey>, models: &[&str]) -> Option<K
         &format!("{path}.max_concurrent"),
         raw.max_concurrent,
     );
+    let disabled = disabled(errors, &parsed);
+    let not_before = timestamp(errors, &parsed.at("not_before"), raw.not_before.as_deref());
+    let expires_at = timestamp(errors, &parsed.at("expires_at"), raw.expires_at.as_deref());
+    if let (Some(from), Some(until)) = (not_before, expires_at) {
+        if from >= until {
+            errors.push(
+                parsed.at("not_before"),
+                "is not before expires_at: the key would never be valid",
+            );
+        }
+    }
+    if let Some(owner) = &raw.owner {
+        check_text(errors, &parsed.at("owner"), owner);
+    }
+    for (label, value) in raw.labels.iter().flatten() {
+        let path = format!("{}.{label}", parsed.at("labels"));
+        if let Some(problem) = super::name_problem(label) {
+            errors.push(&path, format!("a label name {problem}"));
+        }
+        check_text(errors, &path, value);
+    }
     if errors.list.len() > before || parsed.has_unreadable() {
         return None;
+    }
+    if let Some(until) = expires_at {
+        warn_expiry(errors, &parsed.at("expires_at"), until, now_unix_ms);
     }
     Some(KeyConfig {
         name: name?.to_string(),
         hash: hash?,
-        enabled: raw.enabled.unwrap_or(true),
+        disabled,
+        not_before_unix_ms: not_before,
+        expires_at_unix_ms: expires_at,
+        owner: raw.owner.clone(),
+        labels: raw.labels.clone().unwrap_or_default(),
         models: raw.models.clone(),
         requests_per_minute,
         burst,
@@ -194,6 +233,136 @@ fn check_patterns(errors: &mut Errors, path: &str, patterns: &[String], models: 
                 format!("{path}[{i}]"),
                 format!("'{pattern}' matches no model: the key may not use any model through it"),
             );
+        }
+    }
+}
+
+/// `disabled`, or its older spelling `enabled` (inverted). Both may be written only if
+/// they agree.
+fn disabled(errors: &mut Errors, parsed: &Parsed<RawKey>) -> bool {
+    match (parsed.raw.disabled, parsed.raw.enabled) {
+        (Some(disabled), Some(enabled)) if disabled == enabled => {
+            errors.push(
+                parsed.at("disabled"),
+                format!(
+                    "disabled: {disabled} contradicts enabled: {enabled}; \
+                     write only disabled (enabled is its older spelling)"
+                ),
+            );
+            disabled
+        }
+        (Some(disabled), _) => disabled,
+        (None, Some(enabled)) => !enabled,
+        (None, None) => false,
+    }
+}
+
+/// An RFC 3339 date and time (`2026-03-01T00:00:00Z`, or with an offset), as milliseconds
+/// since the Unix epoch; `None` when absent or after an error.
+fn timestamp(errors: &mut Errors, path: &str, text: Option<&str>) -> Option<i64> {
+    let text = text?;
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(time) => Some(time.timestamp_millis()),
+        Err(_) => {
+            errors.push(
+                path,
+                format!(
+                    "'{text}' is not an RFC 3339 date and time \
+                     (examples: 2026-03-01T00:00:00Z, 2026-03-01T09:00:00+01:00)"
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn check_text(errors: &mut Errors, path: &str, text: &str) {
+    if let Some(problem) = super::text_problem(text) {
+        errors.push(path, problem);
+    }
+}
+
+/// A key that has expired at load is valid but inactive; one that expires within a week
+/// is about to stop working. Both are warned about.
+fn warn_expiry(errors: &mut Errors, path: &str, until: i64, now: i64) {
+    if until <= now {
+        errors.warn(
+            path,
+            "is in the past: the key has expired and every request with it gets 401",
+        );
+    } else if until - now < EXPIRY_WARNING_MS {
+        let hours = (until - now) / 3_600_000;
+        errors.warn(
+            path,
+            format!("the key expires in less than 7 days (in {hours} h): issue its successor"),
+        );
+    }
+}
+
+/// `metric_labels`: each a Prometheus label name, not `key`, listed once and, when `keys`
+/// is known (every key could be read), used by some key's `labels`.
+pub(super) fn metric_labels(
+    errors: &mut Errors,
+    names: Vec<String>,
+    keys: Option<&[KeyConfig]>,
+) -> Vec<String> {
+    let used: Option<HashSet<&str>> = keys.map(|keys| {
+        keys.iter()
+            .flat_map(|k| k.labels.keys())
+            .map(String::as_str)
+            .collect()
+    });
+    let mut seen = HashSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let path = format!("metric_labels[{i}]");
+        if !is_label_name(name) {
+            errors.push(
+                path,
+                format!(
+                    "'{name}' is not a Prometheus label name \
+                     (letters, digits and '_', not starting with a digit or '__')"
+                ),
+            );
+        } else if name == "key" {
+            errors.push(
+                path,
+                "'key' is the label that names the key: choose another name",
+            );
+        } else if !seen.insert(name.as_str()) {
+            errors.push(path, format!("'{name}' is listed twice"));
+        } else if used
+            .as_ref()
+            .is_some_and(|used| !used.contains(name.as_str()))
+        {
+            errors.push(
+                path,
+                format!("'{name}' is not a label of any key (keys[].labels)"),
+            );
+        }
+    }
+    names
+}
+
+/// Prometheus label name syntax, without the reserved `__` prefix.
+fn is_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.starts_with("__")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_names_follow_prometheus() {
+        for good in ["team", "_x", "cost_center2"] {
+            assert!(is_label_name(good), "{good} is a label name");
+        }
+        for bad in ["", "2team", "cost-center", "__name", "t.x", "é"] {
+            assert!(!is_label_name(bad), "{bad:?} is not a label name");
         }
     }
 }

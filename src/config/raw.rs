@@ -27,6 +27,7 @@ pub(super) struct RawConfig {
     pub(super) log_level: Option<String>,
     pub(super) echo_upstream: Option<RawEcho>,
     pub(super) keys_file: Option<String>,
+    pub(super) metric_labels: Option<Vec<String>>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -106,6 +107,11 @@ pub(super) struct RawKey {
     pub(super) name: Option<String>,
     pub(super) sha256: Option<String>,
     pub(super) enabled: Option<bool>,
+    pub(super) disabled: Option<bool>,
+    pub(super) not_before: Option<String>,
+    pub(super) expires_at: Option<String>,
+    pub(super) owner: Option<String>,
+    pub(super) labels: Option<std::collections::BTreeMap<String, String>>,
     pub(super) models: Option<Vec<String>>,
     pub(super) requests_per_minute: Option<u32>,
     pub(super) burst: Option<u32>,

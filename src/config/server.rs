@@ -44,6 +44,7 @@ impl Settings {
         upstreams: Vec<UpstreamConfig>,
         models: Vec<ModelConfig>,
         keys: Vec<KeyConfig>,
+        metric_labels: Vec<String>,
         warnings: Vec<ConfigWarning>,
     ) -> Config {
         Config {
@@ -68,6 +69,7 @@ impl Settings {
             upstreams,
             models,
             keys,
+            metric_labels,
             warnings,
         }
     }

@@ -83,6 +83,22 @@ pub fn name_problem(name: &str) -> Option<&'static str> {
     None
 }
 
+/// Longest `owner` or label value: they are written on every access-log line.
+const MAX_TEXT_CHARS: usize = 256;
+
+/// What is wrong with `text` as a key's `owner` or label value, if anything. Free text,
+/// shown in logs and the admin view, so one bounded line. `sluice key --owner` applies the
+/// same rule.
+pub fn text_problem(text: &str) -> Option<&'static str> {
+    if text.trim().is_empty() {
+        return Some("is empty (leave it out instead)");
+    }
+    if text.chars().count() > MAX_TEXT_CHARS || text.chars().any(char::is_control) {
+        return Some("must be at most 256 characters on one line");
+    }
+    None
+}
+
 pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
     if let Some(problem) = name_problem(name) {
         errors.push(path, problem);

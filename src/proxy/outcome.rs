@@ -84,6 +84,12 @@ pub(super) fn log_request(
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
         key,
+        key_owner: ctx.key.as_ref().and_then(|k| k.owner.as_deref()),
+        key_labels: ctx
+            .key
+            .as_ref()
+            .map(|k| &k.labels)
+            .filter(|labels| !labels.is_empty()),
         model: ctx
             .model
             .as_deref()

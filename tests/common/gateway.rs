@@ -3,14 +3,14 @@
 
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
-use sluice::clock::Clock;
+use sluice::clock::{Clock, SystemWallClock, WallClock};
 use sluice::gateway::Gateway;
 use sluice::reload::Reloader;
 use sluice::secret::KeyHash;
 use sluice::server::{start, Running};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -92,6 +92,32 @@ impl Clock for ManualClock {
     }
 }
 
+/// A wall clock the test sets by hand; it starts at the real time and stands still.
+pub struct ManualWallClock(AtomicI64);
+
+impl Default for ManualWallClock {
+    fn default() -> Self {
+        ManualWallClock(AtomicI64::new(SystemWallClock.unix_millis()))
+    }
+}
+
+impl ManualWallClock {
+    /// Sets the time, in milliseconds since the Unix epoch.
+    pub fn set(&self, unix_ms: i64) {
+        self.0.store(unix_ms, Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as i64, Ordering::SeqCst);
+    }
+}
+
+impl WallClock for ManualWallClock {
+    fn unix_millis(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// Wakes [`until_logged`] at each record the gateway logs (`sluice` targets) in this test
 /// process. Records are not kept: the tests of one binary share the logger, so a record is
 /// only a reason for each waiting test to look at its own gateway again.
@@ -170,6 +196,8 @@ pub struct TestGateway {
     pub running: Running,
     pub log: SharedLog,
     pub clock: Arc<ManualClock>,
+    /// The date keys' `expires_at` and `not_before` are checked against.
+    pub wall: Arc<ManualWallClock>,
     /// Set when started from a file: reloads it on request and watches it.
     pub reloader: Option<Arc<Reloader>>,
 }
@@ -197,16 +225,21 @@ impl TestGateway {
             .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
         let catalog = Catalog::build(&config, 1);
         let log = SharedLog::default();
-        let gateway = Arc::new(Gateway::new(
-            catalog,
-            limiter_clock,
-            AccessLog::new(Box::new(log.clone())),
-        ));
+        let wall = Arc::new(ManualWallClock::default());
+        let gateway = Arc::new(
+            Gateway::new(
+                catalog,
+                limiter_clock,
+                AccessLog::new(Box::new(log.clone())),
+            )
+            .with_wall_clock(wall.clone()),
+        );
         let running = start(&config, gateway).await.expect("gateway starts");
         TestGateway {
             running,
             log,
             clock,
+            wall,
             reloader: None,
         }
     }
@@ -219,7 +252,10 @@ impl TestGateway {
         let log = SharedLog::default();
         let clock = Arc::new(ManualClock::default());
         let access_log = AccessLog::new(Box::new(log.clone()));
-        let gateway = Arc::new(Gateway::new(catalog, clock.clone(), access_log));
+        let wall = Arc::new(ManualWallClock::default());
+        let gateway = Arc::new(
+            Gateway::new(catalog, clock.clone(), access_log).with_wall_clock(wall.clone()),
+        );
         let running = start(&config, Arc::clone(&gateway))
             .await
             .expect("gateway starts");
@@ -229,6 +265,7 @@ impl TestGateway {
             running,
             log,
             clock,
+            wall,
             reloader: Some(reloader),
         }
     }
