@@ -155,3 +155,67 @@ mod tests {
         assert_eq!(EndpointType::parse("chat_completions"), None);
     }
 }
+
+#[cfg(test)]
+mod body_tests {
+    use super::EndpointType;
+    use crate::error::RequestError;
+    use crate::request_body::{for_target, inspect};
+    use bytes::Bytes;
+
+    #[test]
+    fn each_endpoint_type_requires_its_own_fields() {
+        let missing = |body: &str, kind| match inspect(body.as_bytes(), kind) {
+            Err(RequestError::MissingParameter { param }) => Some(param),
+            _ => None,
+        };
+        assert_eq!(
+            missing(r#"{"model":"m"}"#, EndpointType::Embeddings),
+            Some("input")
+        );
+        assert_eq!(
+            missing(r#"{"model":"m"}"#, EndpointType::Completions),
+            Some("prompt")
+        );
+        assert_eq!(
+            missing(r#"{"model":"m","query":"q"}"#, EndpointType::Rerank),
+            Some("documents")
+        );
+        assert_eq!(
+            missing(r#"{"input":"x"}"#, EndpointType::Moderation),
+            Some("model")
+        );
+        assert!(inspect(
+            br#"{"model":"m","input":["a","b"]}"#,
+            EndpointType::Embeddings
+        )
+        .is_ok());
+        assert!(inspect(br#"{"model":"m"}"#, EndpointType::Responses).is_ok());
+    }
+
+    #[test]
+    fn tools_count_where_they_mean_something() {
+        let tools = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
+        assert!(inspect(tools, EndpointType::Responses).unwrap().uses_tools);
+        let embed = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
+        assert!(!inspect(embed, EndpointType::Embeddings).unwrap().uses_tools);
+    }
+
+    #[test]
+    fn the_previous_response_and_the_model_are_both_spliced() {
+        let body =
+            Bytes::from_static(br#"{"model":"m","previous_response_id":"resp_ours","input":"x"}"#);
+        let request = inspect(&body, EndpointType::Responses).unwrap();
+        assert_eq!(request.previous_response.as_ref().unwrap().0, "resp_ours");
+        let sent = for_target(&body, &request, Some("org/m"), Some("resp_theirs"));
+        assert_eq!(
+            &sent[..],
+            &br#"{"model":"org/m","previous_response_id":"resp_theirs","input":"x"}"#[..]
+        );
+        assert_eq!(
+            for_target(&body, &request, None, None),
+            body,
+            "nothing to change"
+        );
+    }
+}

@@ -14,6 +14,7 @@ pub mod error;
 pub mod gateway;
 pub mod glob;
 pub mod http_app;
+pub mod json_object;
 pub mod limits;
 pub mod logger;
 pub mod metrics;

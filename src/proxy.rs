@@ -23,6 +23,7 @@
 mod context;
 mod downstream;
 mod outcome;
+mod stored;
 
 pub use context::RequestContext;
 pub use outcome::rejection_answer;
@@ -33,25 +34,22 @@ use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::limits::Admission;
-use crate::multipart::{self, Form};
-use crate::request_body::ModelRequest;
+use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
-use crate::response_id::StoredResponseId;
-use crate::route::{route, Route, StoredAction};
-use crate::spool::Spool;
+use crate::route::{route, Route};
 use crate::transport::BufferedStream;
-use crate::upstream::{self, AfterCut, Delivery, Dispatch, Dispatched, RequestBody, Stored};
+use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
-use bytes::Bytes;
 use context::{Failure, InFlight};
-use downstream::{answer, gateway_headers, read_body, read_form, request_host};
+use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use outcome::{log_request, record_error};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::Duration;
+use stored::stored_at;
 
 /// The pingora application: one per gateway, sharing [`Gateway`].
 pub struct Proxy {
@@ -366,62 +364,30 @@ impl Proxy {
             None => None,
         };
         // 7. Upstream.
-        let dispatch = Dispatch {
+        let destination = Destination {
             model,
             body: read.body(),
             path: endpoint.path.to_owned(),
             stored,
             rewrites_ids: endpoint.kind == EndpointType::Responses,
-            request_id: &ctx.request_id,
-            request_started: ctx.started,
-            response_headers: gateway_headers(ctx),
-            retry_attempts: catalog.retry_attempts,
-            retry_backoff: catalog.retry_backoff,
         };
-        let gateway = &self.gateway;
-        let dispatched =
-            upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
-        delivered(ctx, dispatched)
+        self.deliver(session, ctx, catalog, destination).await
     }
 
-    /// Steps 4-7 for a stored response named by its ID (the Responses API): it goes to the
-    /// upstream that made it, whatever replica made the ID.
-    async fn stored_response(
+    /// Step 7: sends the request upstream, and notes what came of it.
+    async fn deliver(
         &self,
         session: &mut Session,
         ctx: &mut RequestContext,
         catalog: &Catalog,
-        key: &Key,
-        id: String,
-        action: StoredAction,
+        destination: Destination<'_>,
     ) -> Result<(), Failure> {
-        let named = StoredResponseId::decode(&id).ok_or(RequestError::ResponseNotFound)?;
-        ctx.model = Some(named.model.clone());
-        // A model this key may not use, or that serves no responses: no such response.
-        let model = catalog
-            .model_for(key, &named.model)
-            .filter(|m| m.endpoints.contains(&EndpointType::Responses))
-            .ok_or(RequestError::ResponseNotFound)?;
-        ctx.model_label = Some(model.id.clone());
-        let stored = stored_at(model, &id, false)?;
-        // A cancel may carry a body; it passes as it is.
-        let body = match action {
-            StoredAction::Cancel => RequestBody::Raw(
-                read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?,
-            ),
-            _ => RequestBody::Empty,
-        };
-        let path = format!(
-            "/responses/{}{}",
-            path_segment(&stored.upstream_id),
-            action.suffix()
-        );
         let dispatch = Dispatch {
-            model,
-            body,
-            path,
-            stored: Some(stored),
-            rewrites_ids: true,
+            model: destination.model,
+            body: destination.body,
+            path: destination.path,
+            stored: destination.stored,
+            rewrites_ids: destination.rewrites_ids,
             request_id: &ctx.request_id,
             request_started: ctx.started,
             response_headers: gateway_headers(ctx),
@@ -431,89 +397,26 @@ impl Proxy {
         let gateway = &self.gateway;
         let dispatched =
             upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
-        delivered(ctx, dispatched)
-    }
-}
-
-/// A request body as read: JSON with what was checked of it, or a spooled form.
-enum Read {
-    Json(Bytes, ModelRequest),
-    Form(Arc<Spool>, Form),
-}
-
-impl Read {
-    /// The model named, `stream`, and whether tools are used.
-    fn fields(&self) -> (&str, bool, bool) {
-        match self {
-            Read::Json(_, request) => (&request.model, request.stream, request.uses_tools),
-            Read::Form(_, form) => (&form.model, form.stream, false),
+        ctx.called = dispatched.called;
+        ctx.exchange = dispatched.measured;
+        if let Some(status) = ctx.exchange.status {
+            ctx.status = status;
         }
-    }
-
-    /// The stored response named by `previous_response_id`.
-    fn previous_response(&self) -> Option<&str> {
-        match self {
-            Read::Json(_, request) => request
-                .previous_response
-                .as_ref()
-                .map(|(id, _)| id.as_str()),
-            Read::Form(..) => None,
-        }
-    }
-
-    fn body(&self) -> RequestBody<'_> {
-        match self {
-            Read::Json(bytes, request) => RequestBody::Json {
-                bytes: bytes.clone(),
-                request,
-            },
-            Read::Form(spool, form) => RequestBody::Form {
-                spool: Arc::clone(spool),
-                model_span: form.model_span.clone(),
-            },
+        match dispatched.delivery {
+            Delivery::Delivered => Ok(()),
+            Delivery::Refused(error) => Err(Failure::Answer(error)),
+            Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
+            Delivery::ClientGone(e) => Err(Failure::Abort(e)),
         }
     }
 }
 
-/// Notes what a delivery measured and turns its end into the request's.
-fn delivered(ctx: &mut RequestContext, dispatched: Dispatched) -> Result<(), Failure> {
-    ctx.called = dispatched.called;
-    ctx.exchange = dispatched.measured;
-    if let Some(status) = ctx.exchange.status {
-        ctx.status = status;
-    }
-    match dispatched.delivery {
-        Delivery::Delivered => Ok(()),
-        Delivery::Refused(error) => Err(Failure::Answer(error)),
-        Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
-        Delivery::ClientGone(e) => Err(Failure::Abort(e)),
-    }
-}
-
-/// Where a stored response named by a client's ID lives among the model's targets.
-fn stored_at(model: &Model, id: &str, in_body: bool) -> Result<Stored, RequestError> {
-    let named = StoredResponseId::decode(id).ok_or(RequestError::ResponseNotFound)?;
-    let target = model
-        .targets
-        .iter()
-        .position(|t| t.upstream.name == named.upstream)
-        .ok_or(RequestError::ResponseNotFound)?;
-    Ok(Stored {
-        target,
-        upstream_id: named.upstream_id,
-        in_body,
-    })
-}
-
-/// `text` as one path segment: everything but unreserved characters percent-encoded.
-fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+/// Where a request goes: the model, the body, the path under the upstream's URL, and for
+/// the Responses API the stored response it names and whether IDs are rewritten.
+struct Destination<'a> {
+    model: &'a Model,
+    body: RequestBody<'a>,
+    path: String,
+    stored: Option<Stored>,
+    rewrites_ids: bool,
 }

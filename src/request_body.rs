@@ -10,94 +10,11 @@
 
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
+use crate::json_object::Object;
 use bytes::{Bytes, BytesMut};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::collections::hash_map::{Entry, HashMap};
-use std::fmt;
 use std::ops::Range;
-
-/// A JSON object's members, each value borrowed from the body, keys borrowed unless they
-/// hold escapes. `repeated` is the first key that appeared a second time (the first copy's
-/// value is kept; the object is refused anyway where that matters).
-struct Object<'a> {
-    members: HashMap<Cow<'a, str>, &'a RawValue>,
-    repeated: Option<Cow<'a, str>>,
-}
-
-impl<'a> Object<'a> {
-    fn get(&self, key: &str) -> Option<&&'a RawValue> {
-        self.members.get(key)
-    }
-}
-
-impl<'de> Deserialize<'de> for Object<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(ObjectVisitor)
-    }
-}
-
-struct ObjectVisitor;
-
-impl<'de> Visitor<'de> for ObjectVisitor {
-    type Value = Object<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<'de>, A::Error> {
-        let mut members = HashMap::with_capacity(map.size_hint().unwrap_or(8));
-        let mut repeated = None;
-        while let Some(MemberName(name)) = map.next_key()? {
-            let value: &'de RawValue = map.next_value()?;
-            match members.entry(name) {
-                Entry::Vacant(slot) => {
-                    slot.insert(value);
-                }
-                Entry::Occupied(first) => {
-                    if repeated.is_none() {
-                        repeated = Some(first.key().clone());
-                    }
-                }
-            }
-        }
-        Ok(Object { members, repeated })
-    }
-}
-
-/// A member name, borrowed from the body when it holds no escape (serde's own `Cow<str>`
-/// always copies).
-struct MemberName<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for MemberName<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(MemberNameVisitor)
-    }
-}
-
-struct MemberNameVisitor;
-
-impl<'de> Visitor<'de> for MemberNameVisitor {
-    type Value = MemberName<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a member name")
-    }
-
-    fn visit_borrowed_str<E>(self, name: &'de str) -> Result<MemberName<'de>, E> {
-        Ok(MemberName(Cow::Borrowed(name)))
-    }
-
-    fn visit_str<E>(self, name: &str) -> Result<MemberName<'de>, E> {
-        Ok(MemberName(Cow::Owned(name.to_owned())))
-    }
-
-    fn visit_string<E>(self, name: String) -> Result<MemberName<'de>, E> {
-        Ok(MemberName(Cow::Owned(name)))
-    }
-}
 
 /// What the gateway needs to know about a request to a model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +60,7 @@ pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError>
     }
 }
 
-/// Parses and checks a chat completion body.
+/// Parses a request body and checks the shape its endpoint type needs.
 pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestError> {
     let object: Object = serde_json::from_slice(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => RequestError::InvalidJson {
@@ -490,66 +407,5 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.model, "a/b");
-    }
-}
-
-#[cfg(test)]
-mod endpoint_tests {
-    use super::*;
-
-    #[test]
-    fn each_endpoint_type_requires_its_own_fields() {
-        let missing = |body: &str, kind| match inspect(body.as_bytes(), kind) {
-            Err(RequestError::MissingParameter { param }) => Some(param),
-            _ => None,
-        };
-        assert_eq!(
-            missing(r#"{"model":"m"}"#, EndpointType::Embeddings),
-            Some("input")
-        );
-        assert_eq!(
-            missing(r#"{"model":"m"}"#, EndpointType::Completions),
-            Some("prompt")
-        );
-        assert_eq!(
-            missing(r#"{"model":"m","query":"q"}"#, EndpointType::Rerank),
-            Some("documents")
-        );
-        assert_eq!(
-            missing(r#"{"input":"x"}"#, EndpointType::Moderation),
-            Some("model")
-        );
-        assert!(inspect(
-            br#"{"model":"m","input":["a","b"]}"#,
-            EndpointType::Embeddings
-        )
-        .is_ok());
-        assert!(inspect(br#"{"model":"m"}"#, EndpointType::Responses).is_ok());
-    }
-
-    #[test]
-    fn tools_count_where_they_mean_something() {
-        let tools = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
-        assert!(inspect(tools, EndpointType::Responses).unwrap().uses_tools);
-        let embed = br#"{"model":"m","input":"x","tools":[{"type":"web_search"}]}"#;
-        assert!(!inspect(embed, EndpointType::Embeddings).unwrap().uses_tools);
-    }
-
-    #[test]
-    fn the_previous_response_and_the_model_are_both_spliced() {
-        let body =
-            Bytes::from_static(br#"{"model":"m","previous_response_id":"resp_ours","input":"x"}"#);
-        let request = inspect(&body, EndpointType::Responses).unwrap();
-        assert_eq!(request.previous_response.as_ref().unwrap().0, "resp_ours");
-        let sent = for_target(&body, &request, Some("org/m"), Some("resp_theirs"));
-        assert_eq!(
-            &sent[..],
-            &br#"{"model":"org/m","previous_response_id":"resp_theirs","input":"x"}"#[..]
-        );
-        assert_eq!(
-            for_target(&body, &request, None, None),
-            body,
-            "nothing to change"
-        );
     }
 }

@@ -15,7 +15,8 @@
 //! | `choose.rs`   | weighted power of two choices among available targets               |
 //! | `health.rs`   | availability; the one place that ejects, cools down, counts and logs|
 //! | `gate.rs`     | an upstream's `max_concurrent` and its bounded queue                |
-//! | `request.rs`  | what crosses the boundary: headers both ways, the one credential use|
+//! | `request.rs`  | the request header sent up: the one use of a credential             |
+//! | `response.rs` | the response header passed back: status, framing, `Retry-After`     |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
 //! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
@@ -31,6 +32,7 @@ mod health;
 mod probe;
 mod relay;
 mod request;
+mod response;
 mod verdict;
 
 pub use body::RequestBody;

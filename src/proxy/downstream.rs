@@ -6,12 +6,15 @@ use super::context::{Failure, RequestContext};
 use crate::error::RequestError;
 use crate::limits::rate_headers;
 use crate::multipart::{Form, Scanner};
+use crate::request_body::ModelRequest;
 use crate::respond::LocalResponse;
 use crate::spool::Spool;
+use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest time spent discarding a refused request's body before closing.
@@ -178,5 +181,45 @@ async fn read_into(
             ErrorType::ReadTimedout,
             "request body not received within client_timeout",
         ))),
+    }
+}
+
+/// A request body as read: JSON with what was checked of it, or a spooled form.
+pub(super) enum Read {
+    Json(Bytes, ModelRequest),
+    Form(Arc<Spool>, Form),
+}
+
+impl Read {
+    /// The model named, `stream`, and whether tools are used.
+    pub(super) fn fields(&self) -> (&str, bool, bool) {
+        match self {
+            Read::Json(_, request) => (&request.model, request.stream, request.uses_tools),
+            Read::Form(_, form) => (&form.model, form.stream, false),
+        }
+    }
+
+    /// The stored response named by `previous_response_id`.
+    pub(super) fn previous_response(&self) -> Option<&str> {
+        match self {
+            Read::Json(_, request) => request
+                .previous_response
+                .as_ref()
+                .map(|(id, _)| id.as_str()),
+            Read::Form(..) => None,
+        }
+    }
+
+    pub(super) fn body(&self) -> RequestBody<'_> {
+        match self {
+            Read::Json(bytes, request) => RequestBody::Json {
+                bytes: bytes.clone(),
+                request,
+            },
+            Read::Form(spool, form) => RequestBody::Form {
+                spool: Arc::clone(spool),
+                model_span: form.model_span.clone(),
+            },
+        }
     }
 }

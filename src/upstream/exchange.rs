@@ -13,7 +13,7 @@
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
 use super::relay::{read_whole, relay_body, Passing};
-use super::request::{is_event_stream, response_header, upstream_retry_after};
+use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
     failure_of, read_failure, send_failed, Connection, EarlyFailure, On429, Outcome, Reached,
 };

@@ -83,28 +83,54 @@ pub(super) async fn read_whole(
     };
     let mut body = Vec::new();
     loop {
-        let waited_from = Instant::now();
-        let next_by =
-            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
-        let read = tokio::select! {
-            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
-            gone = session.as_downstream_mut().read_body_or_idle(true) => {
-                connection.shutdown().await;
-                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
-            }
-        };
-        measured.upstream_wait += waited_from.elapsed();
-        match read {
-            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
-            Ok(Ok(None)) => return Ok(body),
-            Ok(Err(_)) => return Err(failed(RequestError::UpstreamClosed)),
-            Err(_elapsed) => return Err(failed(RequestError::UpstreamTimeout)),
+        match next_chunk(session, connection, upstream, deadline, measured).await? {
+            Next::Chunk(chunk) => body.extend_from_slice(&chunk),
+            Next::End => return Ok(body),
+            Next::Failed(_) => return Err(failed(RequestError::UpstreamClosed)),
+            Next::Stalled => return Err(failed(RequestError::UpstreamTimeout)),
         }
         if body.len() > MAX_REWRITTEN_BYTES {
             connection.shutdown().await;
             return Err(failed(RequestError::UpstreamProtocolError));
         }
     }
+}
+
+/// What the next read of an answer body gave.
+enum Next {
+    Chunk(Bytes),
+    End,
+    Failed(Box<Error>),
+    /// Nothing within `idle_timeout`, or past the total deadline.
+    Stalled,
+}
+
+/// The next chunk of the answer, within the idle gap and the total deadline, while
+/// watching the client: if it leaves, the upstream connection is shut so the backend stops.
+async fn next_chunk(
+    session: &mut Session,
+    connection: &mut UpstreamSession,
+    upstream: &Upstream,
+    deadline: Option<Instant>,
+    measured: &mut Exchange,
+) -> Result<Next, Outcome> {
+    let waited_from = Instant::now();
+    let next_by =
+        tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
+    let read = tokio::select! {
+        read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
+        gone = session.as_downstream_mut().read_body_or_idle(true) => {
+            connection.shutdown().await;
+            return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+        }
+    };
+    measured.upstream_wait += waited_from.elapsed();
+    Ok(match read {
+        Ok(Ok(Some(chunk))) => Next::Chunk(chunk),
+        Ok(Ok(None)) => Next::End,
+        Ok(Err(e)) => Next::Failed(e),
+        Err(_elapsed) => Next::Stalled,
+    })
 }
 
 /// Relays body chunks as they come; watches for the client leaving and the upstream stalling
@@ -120,36 +146,26 @@ pub(super) async fn relay_body(
     let upstream = call.upstream;
     let mut tail = EventTail::default();
     loop {
-        let waited_from = Instant::now();
-        let next_by =
-            tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
-        let read = tokio::select! {
-            read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
-            gone = session.as_downstream_mut().read_body_or_idle(true) => {
-                connection.shutdown().await;
-                return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
-            }
-        };
-        measured.upstream_wait += waited_from.elapsed();
+        let read = next_chunk(session, connection, upstream, deadline, measured).await?;
         let chunk = match read {
-            Ok(Ok(Some(chunk))) => chunk,
+            Next::Chunk(chunk) => chunk,
             // An event stream that stops inside an event was cut, whatever its framing said.
-            Ok(Ok(None)) if !passing.pending.is_empty() => {
+            Next::End if !passing.pending.is_empty() => {
                 // What is left of a stream being rewritten goes out as it is.
                 Bytes::from(std::mem::take(&mut passing.pending))
             }
-            Ok(Ok(None)) if measured.event_stream && !tail.at_event_end() => {
+            Next::End if measured.event_stream && !tail.at_event_end() => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
                 let error = RequestError::UpstreamClosed;
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(e)) => {
+            Next::End => return Ok(()),
+            Next::Failed(e) => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
                 let error = RequestError::UpstreamClosed;
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }
-            Err(_elapsed) => {
+            Next::Stalled => {
                 let error = RequestError::UpstreamTimeout;
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }

@@ -1,13 +1,12 @@
-//! What crosses to and from an upstream: the request header we send (credential injected,
-//! client credential and hop-by-hop fields removed), the response header we pass back, and
-//! what an upstream's 429 asks us to wait. [`authorize`] is the one place an upstream
-//! credential leaves its `Secret`.
+//! What crosses to an upstream: the request header we send (credential injected, client
+//! credentials and hop-by-hop fields removed, the client's address appended to
+//! `X-Forwarded-For`). [`authorize`] is the one place an upstream credential leaves its
+//! `Secret`. The way back is `response.rs`.
 
 use crate::catalog::Upstream;
-use http::header::{self, HeaderName};
-use pingora::http::{RequestHeader, ResponseHeader};
+use http::header;
+use pingora::http::RequestHeader;
 use pingora::Result;
-use std::time::Duration;
 
 /// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
@@ -29,24 +28,6 @@ const NOT_FORWARDED_UP: [&str; 16] = [
     "x-api-key",
     "api-key",
     "x-forwarded-for",
-];
-
-/// Fields never passed back to the client: those that describe one connection, framing
-/// (the gateway sets its own), and what would act on the gateway's origin rather than the
-/// upstream's (cookies, alternative services, HSTS).
-const NOT_FORWARDED_DOWN: [&str; 12] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "trailer",
-    "upgrade",
-    "te",
-    "content-length",
-    "transfer-encoding",
-    "set-cookie",
-    "alt-svc",
-    "strict-transport-security",
 ];
 
 /// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL.
@@ -127,145 +108,9 @@ fn authorize(header: &mut RequestHeader, upstream: &Upstream) -> Result<()> {
     Ok(())
 }
 
-/// Why an upstream's response header cannot be passed on.
-#[derive(Debug, PartialEq, Eq)]
-pub enum InvalidResponse {
-    /// The status is not one HTTP defines (100-599).
-    Status(u16),
-    /// `Content-Length` or `Transfer-Encoding` is malformed or contradictory.
-    Framing,
-}
-
-/// How an upstream framed its response body.
-#[derive(Debug, PartialEq, Eq)]
-enum Framing {
-    Length(u64),
-    Chunked,
-    /// Neither: the body ends when the connection closes.
-    Close,
-}
-
-/// The upstream's body framing, if it is one a client can be given unambiguously: one
-/// `Transfer-Encoding: chunked`, or `Content-Length` values that all agree.
-fn framing(upstream: &ResponseHeader) -> Result<Framing, InvalidResponse> {
-    let mut codings = upstream.headers.get_all(header::TRANSFER_ENCODING).iter();
-    if let Some(coding) = codings.next() {
-        let chunked = coding
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked");
-        return if chunked && codings.next().is_none() {
-            Ok(Framing::Chunked)
-        } else {
-            Err(InvalidResponse::Framing)
-        };
-    }
-    let mut length = None;
-    for value in upstream.headers.get_all(header::CONTENT_LENGTH) {
-        let text = value.to_str().map_err(|_| InvalidResponse::Framing)?;
-        for part in text.split(',') {
-            let part = part.trim();
-            let valid = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-            let n: u64 = valid
-                .then(|| part.parse().ok())
-                .flatten()
-                .ok_or(InvalidResponse::Framing)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(InvalidResponse::Framing);
-            }
-            length = Some(n);
-        }
-    }
-    Ok(length.map_or(Framing::Close, Framing::Length))
-}
-
-/// The response header passed to the client: the upstream's status and end-to-end fields,
-/// with framing set by the gateway (a close-delimited body becomes chunked, so the client
-/// connection survives) and the upstream's `x-request-id` kept as `x-upstream-request-id`,
-/// plus the gateway's own `headers` (request ID, rate position, timing).
-pub fn response_header(
-    upstream: &ResponseHeader,
-    headers: &[(&'static str, String)],
-) -> Result<ResponseHeader, InvalidResponse> {
-    let status = upstream.status.as_u16();
-    if !(100..=599).contains(&status) {
-        return Err(InvalidResponse::Status(status));
-    }
-    let framing = framing(upstream)?;
-    let built = |e: Box<pingora::Error>| {
-        log::debug!(target: "sluice::upstream", error:% = e; "response header not rebuilt");
-        InvalidResponse::Framing
-    };
-    let mut header = ResponseHeader::build(
-        upstream.status,
-        Some(upstream.headers.len() + headers.len()),
-    )
-    .map_err(built)?;
-    let named_by_connection = connection_tokens(upstream.headers.get_all(header::CONNECTION));
-    for (name, value) in upstream.headers.iter() {
-        let lower = name.as_str();
-        if NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.iter().any(|t| t == lower) {
-            continue;
-        }
-        let name = if lower == "x-request-id" {
-            HeaderName::from_static("x-upstream-request-id")
-        } else {
-            name.clone()
-        };
-        header.append_header(name, value.clone()).map_err(built)?;
-    }
-    let bodiless = matches!(status, 204 | 304) || upstream.status.is_informational();
-    let framed = match framing {
-        Framing::Length(n) => header.insert_header(header::CONTENT_LENGTH, n.to_string()),
-        Framing::Chunked | Framing::Close if !bodiless => {
-            header.insert_header(header::TRANSFER_ENCODING, "chunked")
-        }
-        Framing::Chunked | Framing::Close => Ok(()),
-    };
-    framed.map_err(built)?;
-    for (name, value) in headers {
-        header.insert_header(*name, value.as_str()).map_err(built)?;
-    }
-    Ok(header)
-}
-
-/// Whether a response is an SSE stream (the only kind an error event may be appended to).
-pub fn is_event_stream(header: &ResponseHeader) -> bool {
-    let uncompressed = header
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    let event_stream = header.headers.get(header::CONTENT_TYPE).is_some_and(|v| {
-        v.as_bytes().len() >= 17 && v.as_bytes()[..17].eq_ignore_ascii_case(b"text/event-stream")
-    });
-    uncompressed && event_stream
-}
-
-/// How long an upstream's 429 asks to wait: `retry-after-ms`, else `Retry-After` as seconds
-/// (fractions allowed) or as an HTTP-date; `None` when absent or unreadable.
-pub fn upstream_retry_after(
-    retry_after_ms: Option<&str>,
-    retry_after: Option<&str>,
-    now: std::time::SystemTime,
-) -> Option<Duration> {
-    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            // try_: a huge value (1e30) would overflow a Duration and panic.
-            return Duration::try_from_secs_f64(ms / 1000.0)
-                .ok()
-                .or(Some(Duration::MAX));
-        }
-    }
-    let value = retry_after?.trim();
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0)
-            .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
-    }
-    let date = httpdate::parse_http_date(value).ok()?;
-    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-fn connection_tokens<'a>(values: impl IntoIterator<Item = &'a http::HeaderValue>) -> Vec<String> {
+pub(super) fn connection_tokens<'a>(
+    values: impl IntoIterator<Item = &'a http::HeaderValue>,
+) -> Vec<String> {
     values
         .into_iter()
         .filter_map(|v| v.to_str().ok())
@@ -279,7 +124,7 @@ fn connection_tokens<'a>(values: impl IntoIterator<Item = &'a http::HeaderValue>
 mod tests {
     use super::*;
     use crate::secret::Secret;
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::Duration;
 
     fn upstream(credential: Option<&str>) -> Upstream {
         let mut upstream =
@@ -349,127 +194,5 @@ mod tests {
             without_credential.headers.get("authorization").is_none(),
             "the client's key never goes upstream"
         );
-    }
-
-    #[test]
-    fn close_delimited_responses_become_chunked() {
-        let mut from_upstream = ResponseHeader::build(200, None).unwrap();
-        from_upstream
-            .append_header("content-type", "text/event-stream")
-            .unwrap();
-        from_upstream.append_header("x-request-id", "up-1").unwrap();
-        from_upstream.append_header("connection", "close").unwrap();
-        let sent = response_header(&from_upstream, &[("x-request-id", "rid".into())]).unwrap();
-        assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
-        assert_eq!(sent.headers.get("x-request-id").unwrap(), "rid");
-        assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
-        assert!(sent.headers.get("connection").is_none());
-        assert!(is_event_stream(&sent));
-    }
-
-    fn from_upstream(status: u16, headers: &[(&str, &str)]) -> ResponseHeader {
-        let mut header = ResponseHeader::build(status, None).unwrap();
-        for (name, value) in headers {
-            header.append_header(name.to_string(), *value).unwrap();
-        }
-        header
-    }
-
-    #[test]
-    fn origin_scoped_fields_stay_behind_and_framing_is_the_gateways() {
-        let upstream = from_upstream(
-            200,
-            &[
-                ("set-cookie", "a=1"),
-                ("alt-svc", "h3=\":443\""),
-                ("strict-transport-security", "max-age=1"),
-                ("content-length", "5, 5"),
-                ("content-type", "application/json"),
-            ],
-        );
-        let sent = response_header(&upstream, &[]).unwrap();
-        for gone in ["set-cookie", "alt-svc", "strict-transport-security"] {
-            assert!(
-                sent.headers.get(gone).is_none(),
-                "{gone} is not passed back"
-            );
-        }
-        assert_eq!(
-            sent.headers.get("content-length").unwrap(),
-            "5",
-            "agreeing lengths collapse"
-        );
-        assert_eq!(
-            sent.headers.get("content-type").unwrap(),
-            "application/json"
-        );
-    }
-
-    #[test]
-    fn invalid_statuses_and_framing_are_refused() {
-        assert_eq!(
-            response_header(&from_upstream(999, &[]), &[]).unwrap_err(),
-            InvalidResponse::Status(999)
-        );
-        for framing in [
-            [("content-length", "5"), ("content-length", "6")],
-            [("content-length", "+5"), ("x-other", "1")],
-            [("transfer-encoding", "identity"), ("x-other", "1")],
-            [("transfer-encoding", "chunked, identity"), ("x-other", "1")],
-            [("transfer-encoding", "gzip"), ("content-length", "5")],
-        ] {
-            assert_eq!(
-                response_header(&from_upstream(200, &framing), &[]).unwrap_err(),
-                InvalidResponse::Framing,
-                "{framing:?} is refused"
-            );
-        }
-        let chunked = from_upstream(
-            200,
-            &[("transfer-encoding", "Chunked"), ("content-length", "9")],
-        );
-        let sent = response_header(&chunked, &[]).unwrap();
-        assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
-        assert!(
-            sent.headers.get("content-length").is_none(),
-            "chunked wins over a length"
-        );
-    }
-
-    #[test]
-    fn retry_after_is_read_in_every_form() {
-        let now = UNIX_EPOCH + Duration::from_secs(784_111_777);
-        assert_eq!(
-            upstream_retry_after(None, Some("7"), now),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            upstream_retry_after(None, Some("0.5"), now),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            upstream_retry_after(Some("1500"), Some("9"), now),
-            Some(Duration::from_millis(1500))
-        );
-        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT.
-        assert_eq!(
-            upstream_retry_after(None, Some("Sun, 06 Nov 1994 08:49:47 GMT"), now),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(
-            upstream_retry_after(None, Some("Sun, 06 Nov 1994 08:49:00 GMT"), now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(upstream_retry_after(None, Some("soon"), now), None);
-        assert_eq!(
-            upstream_retry_after(None, Some("1e20"), now),
-            Some(Duration::MAX),
-            "huge, not a panic"
-        );
-        assert_eq!(
-            upstream_retry_after(Some("1e30"), None, now),
-            Some(Duration::MAX)
-        );
-        assert_eq!(upstream_retry_after(None, None, SystemTime::now()), None);
     }
 }

@@ -1,0 +1,86 @@
+//! Requests that name a stored response by its ID (the Responses API): `GET`, `DELETE`,
+//! `/cancel` and `/input_items` on `/v1/responses/{id}`, and `previous_response_id` in a new
+//! request. Each goes to the target that made the response (see `response_id.rs`).
+
+use super::context::{Failure, RequestContext};
+use super::downstream::read_body;
+use super::{Destination, Proxy};
+use crate::catalog::{Catalog, Key, Model};
+use crate::endpoint::EndpointType;
+use crate::error::RequestError;
+use crate::response_id::StoredResponseId;
+use crate::route::StoredAction;
+use crate::upstream::{RequestBody, Stored};
+use pingora::proxy::Session;
+
+impl Proxy {
+    /// Steps 4-7 for a stored response named by its ID (the Responses API): it goes to the
+    /// upstream that made it, whatever replica made the ID.
+    pub(super) async fn stored_response(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        catalog: &Catalog,
+        key: &Key,
+        id: String,
+        action: StoredAction,
+    ) -> Result<(), Failure> {
+        let named = StoredResponseId::decode(&id).ok_or(RequestError::ResponseNotFound)?;
+        ctx.model = Some(named.model.clone());
+        // A model this key may not use, or that serves no responses: no such response.
+        let model = catalog
+            .model_for(key, &named.model)
+            .filter(|m| m.endpoints.contains(&EndpointType::Responses))
+            .ok_or(RequestError::ResponseNotFound)?;
+        ctx.model_label = Some(model.id.clone());
+        let stored = stored_at(model, &id, false)?;
+        // A cancel may carry a body; it passes as it is.
+        let body = match action {
+            StoredAction::Cancel => RequestBody::Raw(
+                read_body(session, catalog.max_body_bytes, catalog.client_timeout).await?,
+            ),
+            _ => RequestBody::Empty,
+        };
+        let path = format!(
+            "/responses/{}{}",
+            path_segment(&stored.upstream_id),
+            action.suffix()
+        );
+        let destination = Destination {
+            model,
+            body,
+            path,
+            stored: Some(stored),
+            rewrites_ids: true,
+        };
+        self.deliver(session, ctx, catalog, destination).await
+    }
+}
+
+/// Where a stored response named by a client's ID lives among the model's targets.
+pub(super) fn stored_at(model: &Model, id: &str, in_body: bool) -> Result<Stored, RequestError> {
+    let named = StoredResponseId::decode(id).ok_or(RequestError::ResponseNotFound)?;
+    let target = model
+        .targets
+        .iter()
+        .position(|t| t.upstream.name == named.upstream)
+        .ok_or(RequestError::ResponseNotFound)?;
+    Ok(Stored {
+        target,
+        upstream_id: named.upstream_id,
+        in_body,
+    })
+}
+
+/// `text` as one path segment: everything but unreserved characters percent-encoded.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
