@@ -15,9 +15,7 @@ use std::time::Duration;
 /// sender that keeps it running.
 async fn echo_backend() -> (String, tokio::sync::watch::Sender<bool>) {
     let (running, watch) = tokio::sync::watch::channel(false);
-    let echo = Arc::new(sluice::echo::Echo {
-        word_delay: Duration::from_millis(5),
-    });
+    let echo = Arc::new(sluice::echo::Echo::new(Duration::from_millis(5)));
     let any_port = "127.0.0.1:0".parse().unwrap();
     let (addr, _) = sluice::server::listen(
         any_port,
