@@ -219,3 +219,66 @@ async fn the_sdk_retries_after_our_429_and_is_admitted() {
         "one refusal without retries, one the SDK retried"
     );
 }
+
+fn node() -> String {
+    std::env::var("SLUICE_NODE").unwrap_or_else(|_| "node".into())
+}
+
+/// Runs every check of `tests/node/openai_client.mjs` against the gateway.
+async fn run_node(gw: &TestGateway) -> String {
+    let dir = format!("{}/tests/node", env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        std::path::Path::new(&dir)
+            .join("node_modules/openai")
+            .is_dir(),
+        "the Node SDK is installed (run `npm ci --prefix tests/node`, or `bash tests/run`)"
+    );
+    let base_url = format!("http://{}/v1", gw.addr());
+    let run = move || {
+        Command::new(node())
+            .arg(format!("{dir}/openai_client.mjs"))
+            .env("SLUICE_BASE_URL", base_url)
+            .env("SLUICE_KEY", ALPHA)
+            .output()
+            .expect("run node (set SLUICE_NODE to its path)")
+    };
+    let output = tokio::task::spawn_blocking(run).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "Node SDK checks pass:\n{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_node_sdk_uses_embeddings_completions_and_stored_responses() {
+    let (upstream, _echo_running) = echo_backend().await;
+    let gw = TestGateway::start(&sdk_config(&upstream, "")).await;
+    let stdout = run_node(&gw).await;
+    assert_ran(
+        &stdout,
+        &[
+            "checkEmbeddings",
+            "checkCompletion",
+            "checkCompletionStream",
+            "checkResponses",
+            "checkResponsesStream",
+        ],
+    );
+    assert_eq!(
+        requests_seen(&gw, 8).await,
+        [
+            "POST /v1/embeddings 200 echo-embeddings",
+            "POST /v1/embeddings 200 echo-embeddings",
+            "POST /v1/completions 200 echo-completions",
+            "POST /v1/completions 200 echo-completions",
+            "POST /v1/responses 200 echo-responses",
+            "GET /v1/responses/{id} 200 echo-responses",
+            "POST /v1/responses 200 echo-responses",
+            "GET /v1/responses/{id} 200 echo-responses",
+        ],
+        "every call went through the gateway; each retrieve found its model by the ID"
+    );
+}
