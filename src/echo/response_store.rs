@@ -141,7 +141,12 @@ pub fn input_items(store: &ResponseStore, id: &str, query: Option<&str>) -> Repl
 }
 
 fn not_found() -> Reply {
-    Reply::error(404, "No response with this ID was found.", None, None)
+    Reply::error(
+        404,
+        "The echo backend has no response with this ID.",
+        None,
+        None,
+    )
 }
 
 #[cfg(test)]
