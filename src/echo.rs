@@ -1,27 +1,65 @@
 //! The built-in echo backend: a small OpenAI-compatible server on loopback that answers
-//! every chat completion with the last user message, as JSON or as an SSE stream. The
-//! shipped `gateway.yaml` starts it so a newcomer can call the real proxy path with no
-//! inference backend installed; the benchmarks use it as their upstream.
+//! every route the gateway serves with the real OpenAI response shapes, echoing the
+//! request's text back (as JSON or as an SSE stream). The shipped `gateway.yaml` starts it
+//! so a newcomer can call the real proxy path with no inference backend installed; the
+//! benchmarks use it as their upstream.
+//!
+//! This file reads a request and writes the answer; each family of routes builds its
+//! answer as plain data in `echo/`:
+//!
+//! | route | file |
+//! |---|---|
+//! | `POST /v1/chat/completions` | `chat.rs` |
+//! | `POST /v1/completions` | `completions.rs` |
+//! | `POST /v1/embeddings` | `embeddings.rs` |
+//! | `POST /v1/responses`, `/v1/responses/input_tokens` | `responses.rs` |
+//! | `GET`, `DELETE /v1/responses/{id}`, `POST .../cancel`, `GET .../input_items` | `response_store.rs` |
+//! | `POST /v1/rerank` | `rerank.rs` |
+//! | `POST /v1/moderations` | `moderation.rs` |
+//! | `POST /v1/audio/speech`, `/transcriptions`, `/translations` | `audio.rs` (forms: `multipart.rs`) |
+
+mod audio;
+mod chat;
+mod completions;
+mod embeddings;
+mod moderation;
+mod multipart;
+mod reply;
+mod rerank;
+mod response_store;
+mod responses;
 
 use crate::http_app::{finish, write_simple};
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use audio::Task;
+use bytes::BytesMut;
 use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
+use reply::{Event, Reply};
+use response_store::{ResponseStore, STORED_RESPONSES};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Longest request body the echo backend reads.
 const MAX_BODY_BYTES: usize = 16 << 20;
-/// Most words echoed back.
-const MAX_WORDS: usize = 256;
 
 pub struct Echo {
-    /// Pause between streamed words, to look like token generation.
-    pub word_delay: Duration,
+    /// Pause before each streamed word, to look like generation.
+    word_delay: Duration,
+    /// Responses created here, for the routes that name one by ID.
+    responses: ResponseStore,
+}
+
+impl Echo {
+    pub fn new(word_delay: Duration) -> Self {
+        Echo {
+            word_delay,
+            responses: ResponseStore::new(STORED_RESPONSES),
+        }
+    }
 }
 
 #[async_trait]
@@ -34,10 +72,15 @@ impl HttpServerApp for Echo {
         if !session.read_request().await.ok()? {
             return None;
         }
-        let (method, path) = (
-            session.req_header().method.to_string(),
-            session.req_header().uri.path().to_string(),
-        );
+        let header = session.req_header();
+        let method = header.method.to_string();
+        let path = header.uri.path().to_string();
+        let query = header.uri.query().map(str::to_string);
+        let content_type = header
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let mut body = BytesMut::new();
         while let Some(chunk) = session.read_request_body().await.ok()? {
             if body.len() + chunk.len() > MAX_BODY_BYTES {
@@ -45,65 +88,82 @@ impl HttpServerApp for Echo {
             }
             body.extend_from_slice(&chunk);
         }
-        match (method.as_str(), path.as_str()) {
-            ("POST", "/v1/chat/completions") => self.complete(&mut session, &body).await?,
-            ("GET", "/v1/models") => {
-                let list = json!({"object": "list", "data": [{"id": "echo", "object": "model", "created": 0, "owned_by": "sluice"}]});
-                write_simple(
-                    &mut session,
-                    200,
-                    "application/json",
-                    Bytes::from(list.to_string()),
-                )
-                .await?
-            }
-            _ => {
-                write_simple(
-                    &mut session,
-                    404,
-                    "application/json",
-                    error_body("no such route on the echo backend"),
-                )
-                .await?
-            }
-        }
+        let request = Request {
+            method: &method,
+            path: &path,
+            query: query.as_deref(),
+            content_type: content_type.as_deref(),
+            body: &body,
+        };
+        let reply = self.answer(&request);
+        self.write(&mut session, reply).await?;
         finish(session).await
     }
 }
 
+/// What a route reads of a request.
+struct Request<'a> {
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    content_type: Option<&'a str>,
+    body: &'a [u8],
+}
+
 impl Echo {
-    async fn complete(&self, session: &mut ServerSession, body: &[u8]) -> Option<()> {
-        let Ok(request) = serde_json::from_slice::<Value>(body) else {
-            return write_simple(
-                session,
-                400,
-                "application/json",
-                error_body("the body is not JSON"),
-            )
-            .await;
+    fn answer(&self, request: &Request) -> Reply {
+        let json = || serde_json::from_slice::<Value>(request.body);
+        let with_json = |route: &dyn Fn(&Value) -> Reply| match json() {
+            Ok(value) if value.is_object() => route(&value),
+            _ => Reply::error(400, "The body is not a JSON object.", None, None),
         };
-        let model = request["model"].as_str().unwrap_or("echo").to_string();
-        let prompt = last_user_text(&request);
-        let words: Vec<&str> = prompt.split_whitespace().take(MAX_WORDS).collect();
-        let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let prompt_tokens = prompt.split_whitespace().count();
-        if request["stream"].as_bool() != Some(true) {
-            let answer = json!({
-                "id": id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": words.join(" ")}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": words.len(), "total_tokens": prompt_tokens + words.len()},
-            });
-            return write_simple(
-                session,
-                200,
-                "application/json",
-                Bytes::from(answer.to_string()),
-            )
-            .await;
+        let store = &self.responses;
+        match (request.method, request.path) {
+            ("POST", "/v1/chat/completions") => with_json(&chat::reply),
+            ("POST", "/v1/completions") => with_json(&completions::reply),
+            ("POST", "/v1/embeddings") => with_json(&embeddings::reply),
+            ("POST", "/v1/responses") => with_json(&|r| responses::create(store, r)),
+            ("POST", "/v1/responses/input_tokens") => with_json(&responses::input_tokens),
+            ("POST", "/v1/rerank") => with_json(&rerank::reply),
+            ("POST", "/v1/moderations") => with_json(&moderation::reply),
+            ("POST", "/v1/audio/speech") => with_json(&audio::speech),
+            ("POST", "/v1/audio/transcriptions") => {
+                audio::transcribe(Task::Transcribe, request.content_type, request.body)
+            }
+            ("POST", "/v1/audio/translations") => {
+                audio::transcribe(Task::Translate, request.content_type, request.body)
+            }
+            ("GET", "/v1/models") => Reply::json(&json!({"object": "list", "data": [
+                {"id": "echo", "object": "model", "created": 0, "owned_by": "sluice"},
+            ]})),
+            (method, path) => match path.strip_prefix("/v1/responses/") {
+                Some(rest) => self.stored_response(method, rest, request.query),
+                None => not_found(),
+            },
         }
+    }
+
+    /// The routes under `/v1/responses/{id}`.
+    fn stored_response(&self, method: &str, rest: &str, query: Option<&str>) -> Reply {
+        let store = &self.responses;
+        match (method, rest.split_once('/')) {
+            ("GET", None) => response_store::retrieve(store, rest),
+            ("DELETE", None) => response_store::delete(store, rest),
+            ("POST", Some((id, "cancel"))) => response_store::cancel(store, id),
+            ("GET", Some((id, "input_items"))) => response_store::input_items(store, id, query),
+            _ => not_found(),
+        }
+    }
+
+    async fn write(&self, session: &mut ServerSession, reply: Reply) -> Option<()> {
+        let events = match reply {
+            Reply::Body {
+                status,
+                content_type,
+                body,
+            } => return write_simple(session, status, content_type, body).await,
+            Reply::Stream(events) => events,
+        };
         let mut header = ResponseHeader::build(200, Some(3)).ok()?;
         header
             .insert_header("content-type", "text/event-stream")
@@ -111,83 +171,25 @@ impl Echo {
         header.insert_header("cache-control", "no-cache").ok()?;
         header.insert_header("transfer-encoding", "chunked").ok()?;
         session.write_response_header(Box::new(header)).await.ok()?;
-        let chunk = |delta: Value, finish: Value| {
-            let event = json!({
-                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            });
-            Bytes::from(format!("data: {event}\n\n"))
-        };
-        session
-            .write_response_body(
-                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-                false,
-            )
-            .await
-            .ok()?;
-        for (i, word) in words.iter().enumerate() {
-            // A client that leaves while we wait ends the stream at once, instead of holding
-            // the task and its socket for the whole delay.
-            tokio::select! {
-                _ = tokio::time::sleep(self.word_delay) => {}
-                _ = session.read_body_or_idle(true) => return None,
+        let count = events.len();
+        for (i, Event { bytes, paced }) in events.into_iter().enumerate() {
+            if paced {
+                // A client that leaves while we wait ends the stream at once, instead of
+                // holding the task and its socket for the whole delay.
+                tokio::select! {
+                    _ = tokio::time::sleep(self.word_delay) => {}
+                    _ = session.read_body_or_idle(true) => return None,
+                }
             }
-            let text = if i == 0 {
-                word.to_string()
-            } else {
-                format!(" {word}")
-            };
             session
-                .write_response_body(chunk(json!({"content": text}), Value::Null), false)
+                .write_response_body(bytes, i + 1 == count)
                 .await
                 .ok()?;
         }
-        session
-            .write_response_body(chunk(json!({}), json!("stop")), false)
-            .await
-            .ok()?;
-        session
-            .write_response_body(Bytes::from_static(b"data: [DONE]\n\n"), true)
-            .await
-            .ok()
+        Some(())
     }
 }
 
-/// The text of the last `user` message: a string, or the text parts of a content array.
-fn last_user_text(request: &Value) -> String {
-    let Some(messages) = request["messages"].as_array() else {
-        return String::new();
-    };
-    let Some(message) = messages.iter().rev().find(|m| m["role"] == "user") else {
-        return String::new();
-    };
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
-}
-
-fn error_body(message: &str) -> Bytes {
-    Bytes::from(json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}).to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_last_user_message_is_echoed() {
-        let request = json!({"messages": [
-            {"role": "user", "content": "first"},
-            {"role": "assistant", "content": "reply"},
-            {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]},
-        ]});
-        assert_eq!(last_user_text(&request), "hello there");
-        assert_eq!(last_user_text(&json!({})), "");
-    }
+fn not_found() -> Reply {
+    Reply::error(404, "No such route on the echo backend.", None, None)
 }

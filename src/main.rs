@@ -179,7 +179,7 @@ fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
     let result = runtime(2).and_then(|rt| {
         rt.block_on(async {
             let (_tx, watch) = tokio::sync::watch::channel(false);
-            let echo = Arc::new(sluice::echo::Echo { word_delay });
+            let echo = Arc::new(sluice::echo::Echo::new(word_delay));
             let (addr, task) = sluice::server::listen(
                 listen,
                 echo,

@@ -137,9 +137,7 @@ pub async fn start(
     // still need the one, and probes the other.
     let echo_addr = match config.echo_upstream {
         Some(addr) => {
-            let echo = Arc::new(crate::echo::Echo {
-                word_delay: Duration::from_millis(20),
-            });
+            let echo = Arc::new(crate::echo::Echo::new(Duration::from_millis(20)));
             let bound = listen(addr, echo, ClientPolicy::standard(), rest_watch.clone()).await;
             Some(
                 bound

@@ -272,9 +272,51 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     assert_eq!(text, "hello through sluice", "the stream echoes the prompt");
     let models = get(process.addr, "/v1/models", Some(demo_key)).await.json();
     assert_eq!(models["data"][0]["id"], "echo", "the demo lists its model");
+    let types: std::collections::BTreeSet<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["endpoint_type"].as_str())
+        .collect();
+    assert_eq!(
+        types.len(),
+        8,
+        "the demo serves a model of each endpoint type: {types:?}"
+    );
+    // The README's embeddings and responses examples, through the echo backend.
+    let auth = format!("Bearer {demo_key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let post = |path: &'static str, body: &'static str| {
+        send(process.addr, "POST", path, &headers, body.as_bytes())
+    };
+    let embeddings = post(
+        "/v1/embeddings",
+        r#"{"model":"echo-embeddings","input":["hello","through sluice"]}"#,
+    )
+    .await;
+    assert_eq!(embeddings.status, 200, "{}", embeddings.text());
+    assert_eq!(embeddings.json()["data"].as_array().map(Vec::len), Some(2));
+    let created = post(
+        "/v1/responses",
+        r#"{"model":"echo-responses","input":"hello through sluice"}"#,
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text());
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/responses/{id}");
+    let retrieved = get(process.addr, &path, Some(demo_key)).await;
+    assert_eq!(retrieved.status, 200, "{}", retrieved.text());
+    assert_eq!(
+        retrieved.json()["output"][0]["content"][0]["text"],
+        "hello through sluice",
+        "the stored response is found by the ID the gateway gave"
+    );
     let (code, stdout, stderr) = process.stop();
     assert_eq!(code, Some(0), "a clean exit: {stderr}");
-    assert_eq!(stdout.lines().count(), 3, "three access log lines");
+    assert_eq!(stdout.lines().count(), 6, "six access log lines");
     let _ = std::fs::remove_dir_all(dir);
 }
 
