@@ -180,13 +180,14 @@ fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
         rt.block_on(async {
             let (_tx, watch) = tokio::sync::watch::channel(false);
             let echo = Arc::new(sluice::echo::Echo::new(word_delay));
-            let (addr, task) = sluice::server::listen(
-                listen,
-                echo,
-                sluice::connection::ClientPolicy::standard(),
-                watch,
-            )
-            .await?;
+            // A test and benchmark backend: streams held for the memory benchmark are idle
+            // for an hour, and as many as the process's descriptors allow are wanted.
+            let policy = sluice::connection::ClientPolicy {
+                idle_timeout: Duration::from_secs(3600),
+                max_connections: 1 << 20,
+                ..sluice::connection::ClientPolicy::standard()
+            };
+            let (addr, task) = sluice::server::listen(listen, echo, policy, watch).await?;
             log::info!(target: "sluice", listen:% = addr; "echo backend listening");
             let _ = task.await;
             Ok(())

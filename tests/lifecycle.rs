@@ -204,3 +204,42 @@ async fn a_reload_stuck_on_its_keys_file_does_not_hold_up_shutdown() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnostic_lines_name_the_request_they_are_about() {
+    // An upstream nobody listens on: the connect failure is logged.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let dir = temp_dir("request-ids");
+    let path = write_config(&dir, &url, "log_level: trace\nretry_attempts: 0");
+    let process = GatewayProcess::start(&path, &[]);
+    let auth = format!("Bearer {ALPHA}");
+    let response = send(
+        process.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+            ("x-request-id", "trace-me-1"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    )
+    .await;
+    assert_eq!(response.status, 502);
+    let failed = process.log_record("upstream connect failed").await;
+    assert_eq!(failed["request_id"], "trace-me-1", "{failed}");
+    let finished = process.log_record("request finished").await;
+    assert_eq!(
+        finished["request_id"], "trace-me-1",
+        "one line per request at trace: {finished}"
+    );
+    assert_eq!(
+        finished["status"], 502,
+        "numbers are JSON numbers: {finished}"
+    );
+    let (code, _, _) = process.stop();
+    assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -419,3 +419,40 @@ async fn a_client_that_leaves_the_queue_gives_its_place_back() {
         "nothing is sent upstream for the clients that left"
     );
 }
+
+#[tokio::test]
+async fn one_tenants_failing_requests_do_not_eject_a_shared_upstream() {
+    let a = MockUpstream::start().await;
+    let policy = "    eject_after_failures: 2";
+    let gw = TestGateway::start(&two_targets(&a.url(), &dead_url(), policy)).await;
+    // Requests that make the backend answer 500, or stall after the answer started: one
+    // request's doing, not a sign that the upstream is down.
+    for _ in 0..4 {
+        a.push(Reply::json(
+            500,
+            r#"{"error":{"message":"this prompt breaks me"}}"#,
+        ));
+    }
+    for _ in 0..4 {
+        assert_eq!(chat(gw.addr(), ALPHA, &chat_body("solo")).await.status, 500);
+    }
+    assert_eq!(
+        gw.gateway().upstreams.availability("a"),
+        sluice::upstream::Availability::Available,
+        "500s count in metrics, never toward ejection"
+    );
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("solo")).await.status,
+        200,
+        "another tenant is still served"
+    );
+    // 503s are the upstream's own sign: two in a row eject it.
+    for _ in 0..2 {
+        a.push(Reply::json(503, r#"{"error":{"message":"overloaded"}}"#));
+        assert_eq!(chat(gw.addr(), ALPHA, &chat_body("solo")).await.status, 503);
+    }
+    assert!(matches!(
+        gw.gateway().upstreams.availability("a"),
+        sluice::upstream::Availability::Ejected { .. }
+    ));
+}

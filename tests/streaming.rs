@@ -105,6 +105,12 @@ async fn a_cut_stream_ends_with_an_error_event() {
     assert_eq!(error["error"]["code"], "upstream_unavailable");
     assert_eq!(error["error"]["type"], "upstream_error");
     assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("closed the connection")),
+        "a backend that was reached is not said to be unreachable: {error}"
+    );
+    assert!(
         stream.closed_by_peer().await,
         "the connection closes after the error event"
     );
