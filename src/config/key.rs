@@ -5,7 +5,7 @@
 
 use super::parsed::{items, Parsed};
 use super::raw::{RawKey, RawKeysFile};
-use super::values::{check_name, nonzero, required, Errors};
+use super::values::{nonzero, required, required_name, Errors};
 use super::KeyConfig;
 use crate::glob;
 use crate::secret::KeyHash;
@@ -127,15 +127,12 @@ fn key(
     let before = errors.list.len();
     let path = parsed.path.as_str();
     let raw = &parsed.raw;
-    let name = required(
+    let name = required_name(
         errors,
         parsed.at("name"),
         raw.name.as_deref(),
         parsed.unreadable("name"),
     );
-    if let Some(name) = name {
-        check_name(errors, &parsed.at("name"), name);
-    }
     let sha256 = required(
         errors,
         parsed.at("sha256"),

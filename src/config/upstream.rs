@@ -4,7 +4,7 @@
 use super::parsed::{items, Parsed};
 use super::raw::RawUpstream;
 use super::values::{
-    check_name, check_unique, duration, nonzero, optional_duration, required, Bounds, Errors,
+    check_unique, duration, nonzero, optional_duration, required, required_name, Bounds, Errors,
 };
 use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
@@ -53,15 +53,12 @@ fn upstream(
     let before = errors.list.len();
     let path = parsed.path.as_str();
     let raw = &parsed.raw;
-    let name = required(
+    let name = required_name(
         errors,
         parsed.at("name"),
         raw.name.as_deref(),
         parsed.unreadable("name"),
     );
-    if let Some(name) = name {
-        check_name(errors, &parsed.at("name"), name);
-    }
     let url_text = required(
         errors,
         parsed.at("url"),

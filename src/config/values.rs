@@ -70,6 +70,19 @@ pub(super) fn required<T>(
     value
 }
 
+/// A required `name` (of an upstream or a key), checked: missing is reported unless the
+/// field was unreadable (reported already), a bad one by [`name_problem`]'s rule.
+pub(super) fn required_name<'a>(
+    errors: &mut Errors,
+    path: String,
+    value: Option<&'a str>,
+    unreadable: bool,
+) -> Option<&'a str> {
+    let name = required(errors, path.clone(), value, unreadable)?;
+    check_name(errors, &path, name);
+    Some(name)
+}
+
 /// What is wrong with `name` as the name of an upstream or a key, if anything. Names
 /// become metric labels and log fields: they stay short and plain. `sluice key --name`
 /// applies the same rule.

@@ -2,7 +2,9 @@
 //! `text_completion`, or streamed one word per chunk (the same object shape, as OpenAI's
 //! legacy completions do).
 
-use super::reply::{model, new_id, now, spaced, streamed, usage_requested, words, Event, Reply};
+use super::reply::{
+    model, new_id, now, spaced, streamed, texts, usage_requested, words, Event, Reply,
+};
 use serde_json::{json, Value};
 
 pub fn reply(request: &Value) -> Reply {
@@ -54,26 +56,7 @@ pub fn reply(request: &Value) -> Reply {
 /// The prompts of a request as text: a string, strings, or token arrays (their IDs
 /// written out, so they echo too). `None` for any other shape.
 fn prompts(prompt: &Value) -> Option<Vec<String>> {
-    let tokens = |items: &[Value]| -> Option<String> {
-        let ids: Option<Vec<String>> = items
-            .iter()
-            .map(|t| t.as_u64().map(|t| t.to_string()))
-            .collect();
-        Some(ids?.join(" "))
-    };
-    match prompt {
-        Value::String(text) => Some(vec![text.clone()]),
-        Value::Array(items) if items.iter().all(Value::is_u64) => Some(vec![tokens(items)?]),
-        Value::Array(items) => items
-            .iter()
-            .map(|item| match item {
-                Value::String(text) => Some(text.clone()),
-                Value::Array(ids) => tokens(ids),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    }
+    texts(prompt)
 }
 
 #[cfg(test)]

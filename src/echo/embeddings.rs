@@ -3,7 +3,7 @@
 //! little-endian `f32`s when `encoding_format` is `base64` (what the official Python SDK
 //! asks for unless told otherwise, decoding the answer itself).
 
-use super::reply::{model, Reply};
+use super::reply::{model, texts, Reply};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
@@ -66,29 +66,7 @@ pub fn reply(request: &Value) -> Reply {
 
 /// The inputs as text: a string, strings, or token arrays (their IDs written out).
 fn inputs(input: &Value) -> Option<Vec<String>> {
-    let tokens = |items: &[Value]| -> Option<String> {
-        let ids: Option<Vec<String>> = items
-            .iter()
-            .map(|t| t.as_u64().map(|t| t.to_string()))
-            .collect();
-        Some(ids?.join(" "))
-    };
-    let texts = match input {
-        Value::String(text) => vec![text.clone()],
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
-            vec![tokens(items)?]
-        }
-        Value::Array(items) => items
-            .iter()
-            .map(|item| match item {
-                Value::String(text) => Some(text.clone()),
-                Value::Array(ids) => tokens(ids),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()?,
-        _ => return None,
-    };
-    (!texts.is_empty()).then_some(texts)
+    texts(input).filter(|texts| !texts.is_empty())
 }
 
 /// A unit vector of `dimensions` components made from the SHA-256 of the text: 16

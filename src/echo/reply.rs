@@ -127,6 +127,34 @@ pub fn usage_requested(request: &Value) -> bool {
     request["stream_options"]["include_usage"].as_bool() == Some(true)
 }
 
+/// The texts of a `prompt` or `input`: a string, strings, or token arrays (their IDs
+/// written out, so they echo too). `None` for any other shape.
+pub(super) fn texts(value: &serde_json::Value) -> Option<Vec<String>> {
+    use serde_json::Value;
+    let tokens = |items: &[Value]| -> Option<String> {
+        let ids: Option<Vec<String>> = items
+            .iter()
+            .map(|t| t.as_u64().map(|t| t.to_string()))
+            .collect();
+        Some(ids?.join(" "))
+    };
+    match value {
+        Value::String(text) => Some(vec![text.clone()]),
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
+            Some(vec![tokens(items)?])
+        }
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(text) => Some(text.clone()),
+                Value::Array(ids) => tokens(ids),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
