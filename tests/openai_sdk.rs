@@ -253,7 +253,7 @@ async fn run_node(gw: &TestGateway) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openai_node_sdk_uses_embeddings_completions_and_stored_responses() {
+async fn the_openai_node_sdk_uses_embeddings_completions_stored_responses_and_transcriptions() {
     let (upstream, _echo_running) = echo_backend().await;
     let gw = TestGateway::start(&sdk_config(&upstream, "")).await;
     let stdout = run_node(&gw).await;
@@ -265,10 +265,11 @@ async fn the_openai_node_sdk_uses_embeddings_completions_and_stored_responses() 
             "checkCompletionStream",
             "checkResponses",
             "checkResponsesStream",
+            "checkTranscription",
         ],
     );
     assert_eq!(
-        requests_seen(&gw, 8).await,
+        requests_seen(&gw, 9).await,
         [
             "POST /v1/embeddings 200 echo-embeddings",
             "POST /v1/embeddings 200 echo-embeddings",
@@ -278,6 +279,7 @@ async fn the_openai_node_sdk_uses_embeddings_completions_and_stored_responses() 
             "GET /v1/responses/{id} 200 echo-responses",
             "POST /v1/responses 200 echo-responses",
             "GET /v1/responses/{id} 200 echo-responses",
+            "POST /v1/audio/transcriptions 200 echo-transcription",
         ],
         "every call went through the gateway; each retrieve found its model by the ID"
     );

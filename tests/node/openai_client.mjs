@@ -6,7 +6,7 @@
 // command line to run only those.
 
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 
 const client = new OpenAI({
   baseURL: process.env.SLUICE_BASE_URL,
@@ -100,12 +100,23 @@ async function checkResponsesStream() {
   assert.equal(retrieved.output_text, 'streamed to node');
 }
 
+async function checkTranscription() {
+  // A multipart upload; the SDK puts the model field after the file.
+  const audio = Buffer.alloc(48_000, 7);
+  const transcription = await client.audio.transcriptions.create({
+    file: await toFile(audio, 'speech.wav', { type: 'audio/wav' }),
+    model: 'echo-transcription',
+  });
+  assert.match(transcription.text, /48000 bytes/);
+}
+
 const checks = {
   checkEmbeddings,
   checkCompletion,
   checkCompletionStream,
   checkResponses,
   checkResponsesStream,
+  checkTranscription,
 };
 
 const only = process.argv.slice(2);
