@@ -229,6 +229,10 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
         AccessLog::stdout(),
     ));
     let running = sluice::server::start(&config, Arc::clone(&gateway)).await?;
+    // The watcher's first look at the files comes before "listening": a change written
+    // once the gateway says it is up is always seen as a change.
+    let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));
+    tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
     log::info!(
         target: "sluice",
         listen:% = running.addr,
@@ -236,8 +240,6 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
         echo_upstream:% = running.echo_addr.map_or("none".to_string(), |a| a.to_string());
         "listening"
     );
-    let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));
-    tokio::spawn(Arc::clone(&reloader).watch(running.stopped()));
     // A reload runs beside the signal loop, never in it: one stuck on a file read must not
     // keep SIGTERM from draining. One SIGHUP reload at a time.
     let mut signal_reload: Option<tokio::task::JoinHandle<bool>> = None;
