@@ -125,11 +125,6 @@ impl ClientConnection {
         };
     }
 
-    /// Whether the connection is waiting between requests (a timeout then is a normal close).
-    pub fn is_idle(&self) -> bool {
-        matches!(*self.phase(), Phase::Idle { .. })
-    }
-
     /// Bytes written while no request is being served are pingora answering on its own:
     /// its first write is replaced by the gateway's answer, the rest dropped.
     pub fn outgoing(&self, data: &[u8]) -> Outgoing {

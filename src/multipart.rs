@@ -146,7 +146,7 @@ impl Scanner {
 
     /// Content up to the next delimiter (or what surely is not part of one).
     fn content(&mut self) -> bool {
-        let found = find(&self.window, &self.delimiter);
+        let found = memchr::memmem::find(&self.window, &self.delimiter);
         let end = match found {
             Some(at) => at,
             // The last bytes may start a delimiter that the next chunk completes.
@@ -202,7 +202,7 @@ impl Scanner {
     }
 
     fn head(&mut self) -> Result<bool, RequestError> {
-        let Some(at) = find(&self.window, b"\r\n\r\n") else {
+        let Some(at) = memchr::memmem::find(&self.window, b"\r\n\r\n") else {
             if self.window.len() > MAX_PART_HEAD_BYTES {
                 return Err(malformed("a multipart part's headers are too long"));
             }
@@ -243,10 +243,6 @@ fn field_of(head: &str) -> Field {
         Some("stream") if !file => Field::Stream,
         _ => Field::Other,
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]

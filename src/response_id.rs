@@ -155,10 +155,7 @@ fn quote(text: &str) -> String {
 fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(haystack.len());
     let mut at = 0;
-    while let Some(found) = haystack[at..]
-        .windows(needle.len())
-        .position(|w| w == needle)
-    {
+    while let Some(found) = memchr::memmem::find(&haystack[at..], needle) {
         out.extend_from_slice(&haystack[at..at + found]);
         out.extend_from_slice(with);
         at += found + needle.len();

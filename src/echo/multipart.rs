@@ -35,7 +35,7 @@ pub fn boundary(content_type: &str) -> Option<&str> {
 pub fn parts<'a>(body: &'a [u8], boundary: &str) -> Option<Vec<Part<'a>>> {
     let delimiter = format!("--{boundary}").into_bytes();
     let separator = format!("\r\n--{boundary}").into_bytes();
-    let mut at = find(body, &delimiter)? + delimiter.len();
+    let mut at = memchr::memmem::find(body, &delimiter)? + delimiter.len();
     let mut parts = Vec::new();
     loop {
         let rest = &body[at..];
@@ -43,10 +43,10 @@ pub fn parts<'a>(body: &'a [u8], boundary: &str) -> Option<Vec<Part<'a>>> {
             return Some(parts);
         }
         let rest = rest.strip_prefix(b"\r\n")?;
-        let head_end = find(rest, b"\r\n\r\n")?;
+        let head_end = memchr::memmem::find(rest, b"\r\n\r\n")?;
         let head = std::str::from_utf8(&rest[..head_end]).ok()?;
         let content_start = head_end + 4;
-        let content_len = find(&rest[content_start..], &separator)?;
+        let content_len = memchr::memmem::find(&rest[content_start..], &separator)?;
         let (name, filename) = disposition(head)?;
         parts.push(Part {
             name,
@@ -79,10 +79,6 @@ fn disposition(head: &str) -> Option<(String, Option<String>)> {
         }
     }
     Some((name?, filename))
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]

@@ -111,6 +111,11 @@ async fn attempts(
     let model = dispatch.model;
     let mut tried: Vec<usize> = Vec::new();
     let mut resends = 0;
+    // For `X-Forwarded-For`: the same for every attempt.
+    let client_address = session.client_addr().map(|a| match a.as_inet() {
+        Some(inet) => inet.ip().to_string(),
+        None => a.to_string(),
+    });
     loop {
         let picked = match &dispatch.stored {
             Some(stored) => Ok(stored.target),
@@ -137,10 +142,6 @@ async fn attempts(
                 upstream_path(upstream, &dispatch.path, None)
             )),
         };
-        let client_address = session.client_addr().map(|a| match a.as_inet() {
-            Some(inet) => inet.ip().to_string(),
-            None => a.to_string(),
-        });
         let query = session.req_header().uri.query();
         let path = upstream_path(upstream, &dispatch.path, query);
         let header = match request_header(

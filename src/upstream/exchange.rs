@@ -189,21 +189,22 @@ pub(super) async fn exchange(
             .filter(|_| (200..300).contains(&status)),
         pending: Vec::new(),
     };
-    if passing.rewrite.is_some() && !measured.event_stream {
-        // A JSON answer whose IDs change length is read whole, then sent with its length.
-        let body = match read_whole(session, &mut connection, upstream, deadline, measured).await {
-            Ok(body) => body,
-            Err(outcome) => return outcome,
-        };
-        let body = passing
-            .rewrite
-            .as_mut()
-            .map_or(body.clone(), |r| r.json(&body));
+    // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
+    // new length; anything else is relayed as it comes.
+    let rewritten = match (&mut passing.rewrite, measured.event_stream) {
+        (Some(rewrite), false) => {
+            match read_whole(session, &mut connection, upstream, deadline, measured).await {
+                Ok(body) => Some(bytes::Bytes::from(rewrite.json(&body))),
+                Err(outcome) => return outcome,
+            }
+        }
+        _ => None,
+    };
+    if let Some(body) = &rewritten {
         to_client.remove_header(&http::header::TRANSFER_ENCODING);
         to_client
             .insert_header("content-length", body.len().to_string())
             .ok();
-        passing.pending = body;
     }
     if let Err(e) = session
         .write_response_header(Box::new(to_client), false)
@@ -211,23 +212,25 @@ pub(super) async fn exchange(
     {
         return Outcome::ClientGone(e);
     }
-    let relayed = if passing.rewrite.is_some() && !measured.event_stream {
-        let body = bytes::Bytes::from(std::mem::take(&mut passing.pending));
-        measured.bytes_out += body.len();
-        match session.write_response_body(Some(body), false).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(Outcome::ClientGone(e)),
+    let relayed = match rewritten {
+        Some(body) => {
+            measured.bytes_out += body.len();
+            match session.write_response_body(Some(body), false).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(Outcome::ClientGone(e)),
+            }
         }
-    } else {
-        relay_body(
-            session,
-            &mut connection,
-            &call,
-            deadline,
-            measured,
-            &mut passing,
-        )
-        .await
+        None => {
+            relay_body(
+                session,
+                &mut connection,
+                &call,
+                deadline,
+                measured,
+                &mut passing,
+            )
+            .await
+        }
     };
     if let Some(body) = passing.kept {
         let upstream_id = response

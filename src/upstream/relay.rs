@@ -55,12 +55,7 @@ impl Passing {
 
 /// Where the first whole SSE event of `bytes` ends (after its blank line).
 fn event_end(bytes: &[u8]) -> Option<usize> {
-    let find = |needle: &[u8]| {
-        bytes
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .map(|at| at + needle.len())
-    };
+    let find = |needle: &[u8]| memchr::memmem::find(bytes, needle).map(|at| at + needle.len());
     [find(b"\n\n"), find(b"\r\n\r\n")]
         .into_iter()
         .flatten()
