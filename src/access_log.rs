@@ -48,6 +48,10 @@ pub struct AccessRecord<'a> {
     pub upstream_error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_request_id: Option<&'a str>,
+    /// The tokens the answer reported, and those reserved for a key with token limits.
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub reserved_tokens: Option<u64>,
 }
 
 /// How often the background writer writes what requests logged.

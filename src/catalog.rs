@@ -9,7 +9,7 @@ use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
 use std::collections::{BTreeMap, HashMap};
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,8 @@ pub struct Model {
     pub endpoints: Vec<EndpointType>,
     /// The entry as `/v1/models` shows it, rendered once at load.
     pub entry_json: Bytes,
+    /// Output tokens reserved for a request that names no limit of its own.
+    pub default_max_tokens: u64,
 }
 
 /// A client API key's settings. The key itself is never held, only its hash.
@@ -71,6 +73,8 @@ pub struct Key {
     pub requests_per_minute: Option<NonZeroU32>,
     pub burst: Option<NonZeroU32>,
     pub max_concurrent: Option<NonZeroU32>,
+    pub tokens_per_minute: Option<NonZeroU64>,
+    pub tokens_per_day: Option<NonZeroU64>,
 }
 
 /// Why a known key is refused.
@@ -189,6 +193,7 @@ impl Catalog {
                     endpoint_type: m.endpoint_type,
                     endpoints: m.endpoints.clone(),
                     entry_json: Bytes::from(entry.to_string()),
+                    default_max_tokens: m.default_max_tokens,
                 })
             })
             .collect();
@@ -306,6 +311,8 @@ fn build_key(key: &KeyConfig) -> Key {
         requests_per_minute: key.requests_per_minute,
         burst: key.burst,
         max_concurrent: key.max_concurrent,
+        tokens_per_minute: key.tokens_per_minute,
+        tokens_per_day: key.tokens_per_day,
     }
 }
 

@@ -28,7 +28,7 @@ use raw::RawConfig;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +143,21 @@ pub struct UpstreamPolicy {
     pub eject_duration_max: Duration,
     /// Active check (`GET {url}/models`) period; none by default.
     pub health_check_interval: Option<Duration>,
+    /// What the gateway does to streamed chat and completions requests to read their usage.
+    pub stream_usage: StreamUsage,
+}
+
+/// How usage is obtained from an upstream's streams (`stream_usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamUsage {
+    /// Ask for the usage chunk (`stream_options.include_usage`), and take it out again for a
+    /// client that did not ask.
+    #[default]
+    Inject,
+    /// Forward request and stream as they are; usage is read when the client asked for it.
+    Passthrough,
+    /// Never touch the request body (for upstreams that refuse `stream_options`).
+    Off,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +172,8 @@ pub struct ModelConfig {
     pub tool_calling: bool,
     pub owned_by: String,
     pub created: u64,
+    /// Output tokens reserved for a request that names no limit of its own.
+    pub default_max_tokens: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +203,8 @@ pub struct KeyConfig {
     pub requests_per_minute: Option<NonZeroU32>,
     pub burst: Option<NonZeroU32>,
     pub max_concurrent: Option<NonZeroU32>,
+    pub tokens_per_minute: Option<NonZeroU64>,
+    pub tokens_per_day: Option<NonZeroU64>,
 }
 
 /// Reads the configuration file and the keys file it names, then validates both.

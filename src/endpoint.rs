@@ -70,6 +70,28 @@ impl EndpointType {
         )
     }
 
+    /// Whether it writes text that counts as output tokens (reserved before the answer).
+    pub fn generates_text(self) -> bool {
+        matches!(
+            self,
+            EndpointType::Chat
+                | EndpointType::Completions
+                | EndpointType::Responses
+                | EndpointType::AudioTranscription
+        )
+    }
+
+    /// Whether its answers report usage by contract.
+    pub fn reports_usage(self) -> bool {
+        matches!(
+            self,
+            EndpointType::Chat
+                | EndpointType::Completions
+                | EndpointType::Responses
+                | EndpointType::Embeddings
+        )
+    }
+
     /// Whether `tools` is a thing on it (then the model needs `tool_calling`).
     pub fn takes_tools(self) -> bool {
         matches!(self, EndpointType::Chat | EndpointType::Responses)
@@ -160,7 +182,7 @@ mod tests {
 mod body_tests {
     use super::EndpointType;
     use crate::error::RequestError;
-    use crate::request_body::{for_target, inspect};
+    use crate::request_body::{for_target, inspect, Edits};
     use bytes::Bytes;
 
     #[test]
@@ -207,13 +229,18 @@ mod body_tests {
             Bytes::from_static(br#"{"model":"m","previous_response_id":"resp_ours","input":"x"}"#);
         let request = inspect(&body, EndpointType::Responses).unwrap();
         assert_eq!(request.previous_response.as_ref().unwrap().0, "resp_ours");
-        let sent = for_target(&body, &request, Some("org/m"), Some("resp_theirs"));
+        let edits = Edits {
+            model: Some("org/m"),
+            previous_response: Some("resp_theirs"),
+            include_usage: false,
+        };
+        let sent = for_target(&body, &request, edits);
         assert_eq!(
             &sent[..],
             &br#"{"model":"org/m","previous_response_id":"resp_theirs","input":"x"}"#[..]
         );
         assert_eq!(
-            for_target(&body, &request, None, None),
+            for_target(&body, &request, Edits::default()),
             body,
             "nothing to change"
         );

@@ -28,6 +28,13 @@ pub enum RequestError {
     ConcurrencyLimited {
         retry_after: Duration,
     },
+    /// A token window has no room for the request's estimate.
+    TokensLimited {
+        retry_after: Duration,
+        window: &'static str,
+        limit: u64,
+        estimate: u64,
+    },
     RequestTooLarge {
         limit_bytes: usize,
     },
@@ -105,7 +112,7 @@ impl RequestError {
             | ResponseNotFound => 404,
             RequestTooLarge { .. } => 413,
             UnsupportedMediaType => 415,
-            RateLimited { .. } | ConcurrencyLimited { .. } => 429,
+            RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => 429,
             Internal => 500,
             UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
                 502
@@ -120,7 +127,9 @@ impl RequestError {
         use RequestError::*;
         match self {
             MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => "authentication_error",
-            RateLimited { .. } | ConcurrencyLimited { .. } => "rate_limit_error",
+            RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => {
+                "rate_limit_error"
+            }
             Internal | Overloaded { .. } => "server_error",
             UpstreamUnavailable
             | UpstreamClosed
@@ -140,7 +149,7 @@ impl RequestError {
             UnknownRoute { .. } => "unknown_route",
             MissingApiKey => "missing_api_key",
             InvalidApiKey | InactiveApiKey { .. } => "invalid_api_key",
-            RateLimited { .. } => "rate_limit_exceeded",
+            RateLimited { .. } | TokensLimited { .. } => "rate_limit_exceeded",
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
@@ -181,6 +190,7 @@ impl RequestError {
         match self {
             RateLimited { retry_after }
             | ConcurrencyLimited { retry_after }
+            | TokensLimited { retry_after, .. }
             | NoHealthyUpstream { retry_after }
             | UpstreamSaturated { retry_after }
             | Overloaded { retry_after } => Some(*retry_after),
@@ -217,6 +227,16 @@ impl RequestError {
             ),
             RateLimited { retry_after } => format!(
                 "Rate limit reached for this API key. Retry after {} ms.",
+                retry_after.as_millis()
+            ),
+            TokensLimited {
+                retry_after,
+                window,
+                limit,
+                estimate,
+            } => format!(
+                "Rate limit reached for {window} on this API key (limit {limit}): this request \
+                 reserves {estimate} tokens (its input and requested output). Retry after {} ms.",
                 retry_after.as_millis()
             ),
             ConcurrencyLimited { .. } => "Too many requests are in flight for this API key. \

@@ -31,3 +31,4 @@ pub mod server;
 pub mod spool;
 pub mod transport;
 pub mod upstream;
+pub mod usage;

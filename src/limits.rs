@@ -1,4 +1,5 @@
-//! Per-key request rate (GCRA) and concurrency, and the gateway-wide in-flight cap.
+//! Per-key request rate (GCRA), token windows (`tokens.rs`) and concurrency, and the
+//! gateway-wide in-flight cap.
 //!
 //! State lives beside the catalog snapshot, keyed by key name, so a reload keeps the
 //! counters of keys that remain. Concurrency slots are RAII permits: dropping the request
@@ -12,6 +13,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
+
+mod tokens;
+
+pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway
 /// cannot know when a request in flight will end.
@@ -80,6 +85,7 @@ struct KeyState {
     in_flight: Arc<AtomicU32>,
     /// Clock time of the previous request plus one (0: none yet), in microseconds.
     previous_micros: AtomicU64,
+    tokens: tokens::TokenState,
 }
 
 impl KeyState {
@@ -88,6 +94,7 @@ impl KeyState {
             tat: Mutex::new(Duration::ZERO),
             in_flight: Arc::new(AtomicU32::new(0)),
             previous_micros: AtomicU64::new(0),
+            tokens: tokens::TokenState::default(),
         }
     }
 }

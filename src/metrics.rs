@@ -50,6 +50,8 @@ pub struct Metrics {
     pub upstream_cooldowns: IntCounterVec,
     pub upstream_retries: IntCounterVec,
     pub upstream_queue: HistogramVec,
+    pub tokens: IntCounterVec,
+    pub usage_missing: IntCounterVec,
     pub upstream_health_checks: IntCounterVec,
     pub access_log_dropped: IntGauge,
     pub config_generation: IntGauge,
@@ -181,6 +183,22 @@ impl Metrics {
             &["upstream", "reason"],
         )
         .expect("valid metric");
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "sluice_tokens_total",
+                "Tokens that answers reported using, by key, model and kind (input, output).",
+            ),
+            &["key", "model", "kind"],
+        )
+        .expect("valid metric");
+        let usage_missing = IntCounterVec::new(
+            Opts::new(
+                "sluice_usage_missing_total",
+                "Answers that may have used tokens but reported no usage (cut, client gone, none sent); their reservation stands.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         let upstream_queue = HistogramVec::new(
             HistogramOpts::new(
                 "sluice_upstream_queue_seconds",
@@ -241,6 +259,8 @@ impl Metrics {
             Box::new(upstream_cooldowns.clone()),
             Box::new(upstream_retries.clone()),
             Box::new(upstream_queue.clone()),
+            Box::new(tokens.clone()),
+            Box::new(usage_missing.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
             Box::new(key_expiry.clone()),
@@ -269,6 +289,8 @@ impl Metrics {
             upstream_cooldowns,
             upstream_retries,
             upstream_queue,
+            tokens,
+            usage_missing,
             upstream_health_checks,
             access_log_dropped,
             key_expiry,
@@ -310,6 +332,7 @@ impl Metrics {
             self.upstream_ejections.with_label_values(&[upstream]);
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
+            self.usage_missing.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);

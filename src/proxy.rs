@@ -43,7 +43,7 @@ use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
 use context::{Failure, InFlight};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
-use outcome::{log_request, record_error};
+use outcome::{log_request, record_error, settle_tokens};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -179,6 +179,7 @@ impl ProxyHttp for Proxy {
 
     /// Last, for every request that ran: the access-log line and the request metrics.
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
+        settle_tokens(&self.gateway, e, ctx);
         log_request(&self.gateway, session, e, ctx);
     }
 }
@@ -251,6 +252,8 @@ impl Proxy {
         key: &Arc<Key>,
     ) -> Result<(), RequestError> {
         let limiter = &self.gateway.limiter;
+        // Token windows are shown on every answer; reserved once the body is read (step 6).
+        ctx.tokens = limiter.token_position(key);
         let shed = if self.gateway.is_draining() {
             Err(RequestError::Overloaded {
                 retry_after: Duration::from_secs(1),
@@ -363,6 +366,10 @@ impl Proxy {
             Some(id) => Some(stored_at(model, id, true)?),
             None => None,
         };
+        // The key's token windows, last: the estimate needs the body and the model.
+        ctx.usage_expected = endpoint.kind.reports_usage();
+        let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
+        self.reserve_tokens(ctx, key, estimate)?;
         // 7. Upstream.
         let destination = Destination {
             model,
@@ -370,8 +377,32 @@ impl Proxy {
             path: endpoint.path.to_owned(),
             stored,
             rewrites_ids: endpoint.kind == EndpointType::Responses,
+            inject_usage: read.usage_unasked(endpoint.kind),
         };
         self.deliver(session, ctx, catalog, destination).await
+    }
+
+    /// Reserves the request's estimated tokens in the key's token windows (if it has any);
+    /// the reservation is settled with the answer's usage when the request ends.
+    fn reserve_tokens(
+        &self,
+        ctx: &mut RequestContext,
+        key: &Key,
+        estimate: u64,
+    ) -> Result<(), RequestError> {
+        match self.gateway.limiter.reserve_tokens(key, estimate) {
+            None => Ok(()),
+            Some(Ok((reservation, status))) => {
+                ctx.tokens = Some(status);
+                ctx.reserved_tokens = Some(reservation.reserved());
+                ctx.reservation = Some(reservation);
+                Ok(())
+            }
+            Some(Err((error, status))) => {
+                ctx.tokens = Some(status);
+                Err(error)
+            }
+        }
     }
 
     /// Step 7: sends the request upstream, and notes what came of it.
@@ -388,6 +419,7 @@ impl Proxy {
             path: destination.path,
             stored: destination.stored,
             rewrites_ids: destination.rewrites_ids,
+            inject_usage: destination.inject_usage,
             request_id: &ctx.request_id,
             request_started: ctx.started,
             response_headers: gateway_headers(ctx),
@@ -419,4 +451,6 @@ struct Destination<'a> {
     path: String,
     stored: Option<Stored>,
     rewrites_ids: bool,
+    /// A stream whose client did not ask for usage (see [`Dispatch::inject_usage`]).
+    inject_usage: bool,
 }

@@ -27,6 +27,29 @@ pub struct ModelRequest {
     model_span: Range<usize>,
     /// A Responses request's `previous_response_id`, and the byte range of its value.
     pub previous_response: Option<(String, Range<usize>)>,
+    /// Byte range of the `stream_options` value (an object), if sent.
+    stream_options: Option<Range<usize>>,
+    /// The client asked for the usage chunk (`stream_options.include_usage: true`).
+    pub include_usage: bool,
+    /// The output limit asked for: `max_completion_tokens`, `max_tokens` or
+    /// `max_output_tokens`, the first one present.
+    pub max_output_tokens: Option<u64>,
+    /// Offset just past the body's opening brace (where a member can be added).
+    members_start: usize,
+}
+
+/// Largest output limit a request may ask for.
+pub const MAX_OUTPUT_TOKENS: u64 = i32::MAX as u64;
+
+/// What changes in a JSON body on its way to a target.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Edits<'a> {
+    /// The name the target knows the model by.
+    pub model: Option<&'a str>,
+    /// The target's own ID for the stored response named in the body.
+    pub previous_response: Option<&'a str>,
+    /// Ask the target for the usage chunk of a stream (`stream_options.include_usage`).
+    pub include_usage: bool,
 }
 
 /// Refuses a body whose declared `Content-Length` is over `limit`, before reading any of it.
@@ -133,30 +156,97 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
         }
         _ => None,
     };
+    let (stream_options, include_usage) = stream_options(&object, body)?;
+    let mut max_output_tokens = None;
+    for field in ["max_completion_tokens", "max_tokens", "max_output_tokens"] {
+        let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") else {
+            continue;
+        };
+        let limit = serde_json::from_str::<u64>(raw.get())
+            .ok()
+            .filter(|&n| n <= MAX_OUTPUT_TOKENS)
+            .ok_or_else(|| {
+                invalid(
+                    field,
+                    &format!("'{field}' must be an integer from 0 to {MAX_OUTPUT_TOKENS}."),
+                )
+            })?;
+        max_output_tokens.get_or_insert(limit);
+    }
+    let members_start = body.iter().position(|&b| b == b'{').map_or(0, |at| at + 1);
     Ok(ModelRequest {
         model: model.into_owned(),
         stream,
         uses_tools,
         model_span,
         previous_response,
+        stream_options,
+        include_usage,
+        max_output_tokens,
+        members_start,
     })
 }
 
-/// The body as a target receives it: the `model` value replaced by `new_model` (when the
-/// target knows the model by another name) and `previous_response_id` by the upstream's
-/// own ID (when there is one); every other byte unchanged.
-pub fn for_target(
-    body: &Bytes,
-    request: &ModelRequest,
-    new_model: Option<&str>,
-    previous_response: Option<&str>,
-) -> Bytes {
-    let mut splices: Vec<(Range<usize>, String)> = Vec::with_capacity(2);
-    if let Some(name) = new_model {
+/// `stream_options`: an object or `null`; its value's byte range, and whether it asks for
+/// the usage chunk.
+fn stream_options(
+    object: &Object,
+    body: &[u8],
+) -> Result<(Option<Range<usize>>, bool), RequestError> {
+    let Some(raw) = object
+        .get("stream_options")
+        .filter(|raw| raw.get() != "null")
+    else {
+        return Ok((None, false));
+    };
+    let options: Object = serde_json::from_str(raw.get()).map_err(|_| {
+        invalid(
+            "stream_options",
+            "'stream_options' must be an object, such as {\"include_usage\": true}.",
+        )
+    })?;
+    let include_usage = match options.get("include_usage").map(|v| v.get()) {
+        None | Some("null") | Some("false") => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(invalid(
+                "stream_options.include_usage",
+                "'stream_options.include_usage' must be a boolean.",
+            ))
+        }
+    };
+    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    Ok((Some(start..start + raw.get().len()), include_usage))
+}
+
+/// The body as a target receives it: the `model` value replaced (when the target knows the
+/// model by another name), `previous_response_id` by the upstream's own ID (when there is
+/// one), `stream_options.include_usage` set (keeping the client's other options) when asked;
+/// every other byte unchanged.
+pub fn for_target(body: &Bytes, request: &ModelRequest, edits: Edits) -> Bytes {
+    let mut splices: Vec<(Range<usize>, String)> = Vec::with_capacity(3);
+    if let Some(name) = edits.model {
         splices.push((request.model_span.clone(), quoted(name)));
     }
-    if let (Some(id), Some((_, span))) = (previous_response, &request.previous_response) {
+    if let (Some(id), Some((_, span))) = (edits.previous_response, &request.previous_response) {
         splices.push((span.clone(), quoted(id)));
+    }
+    if edits.include_usage && !request.include_usage {
+        splices.push(match &request.stream_options {
+            Some(span) => {
+                let mut options: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_slice(&body[span.clone()]).unwrap_or_default();
+                options.insert("include_usage".into(), true.into());
+                (span.clone(), serde_json::Value::Object(options).to_string())
+            }
+            None => {
+                let at = request.members_start;
+                (
+                    at..at,
+                    r#""stream_options":{"include_usage":true},"#.to_owned(),
+                )
+            }
+        });
     }
     if splices.is_empty() {
         return body.clone();
@@ -345,10 +435,92 @@ mod tests {
             br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "short" , "x":1}"#,
         );
         let request = inspect(&body, EndpointType::Chat).unwrap();
-        let renamed = for_target(&body, &request, Some("org/a \"long\" name"), None);
+        let edits = Edits {
+            model: Some("org/a \"long\" name"),
+            ..Edits::default()
+        };
+        let renamed = for_target(&body, &request, edits);
         assert_eq!(
             &renamed[..],
             &br#"{ "messages" : [{"role":"user","content":"model"}],  "model"  :  "org/a \"long\" name" , "x":1}"#[..]
+        );
+    }
+
+    #[test]
+    fn usage_is_asked_for_keeping_the_clients_other_stream_options() {
+        let edits = Edits {
+            include_usage: true,
+            ..Edits::default()
+        };
+        let body = Bytes::from_static(
+            br#"{"model":"m","messages":[{"role":"user","content":"a"}],"stream":true}"#,
+        );
+        let request = inspect(&body, EndpointType::Chat).unwrap();
+        assert!(!request.include_usage);
+        let sent = for_target(&body, &request, edits);
+        let sent: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(
+            sent["stream_options"],
+            serde_json::json!({"include_usage": true})
+        );
+
+        let body = Bytes::from_static(
+            br#"{"model":"m","stream_options":{"continuous_usage_stats":false,"include_usage":false},"messages":[{"role":"user","content":"a"}],"stream":true}"#,
+        );
+        let request = inspect(&body, EndpointType::Chat).unwrap();
+        let sent = for_target(&body, &request, edits);
+        let sent: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(
+            sent["stream_options"],
+            serde_json::json!({"include_usage": true, "continuous_usage_stats": false})
+        );
+
+        let asked = Bytes::from_static(
+            br#"{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a"}],"stream":true}"#,
+        );
+        let request = inspect(&asked, EndpointType::Chat).unwrap();
+        assert!(request.include_usage);
+        assert_eq!(
+            for_target(&asked, &request, edits),
+            asked,
+            "already asked: unchanged"
+        );
+    }
+
+    #[test]
+    fn output_limits_and_stream_options_are_checked() {
+        let with = |extra: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"a"}}]{extra}}}"#)
+        };
+        for (extra, param) in [
+            (r#","max_tokens":-1"#, "max_tokens"),
+            (r#","max_tokens":"100""#, "max_tokens"),
+            (r#","max_tokens":1.5"#, "max_tokens"),
+            (r#","max_completion_tokens":1e300"#, "max_completion_tokens"),
+            (r#","max_tokens":99999999999999"#, "max_tokens"),
+            (r#","stream_options":true"#, "stream_options"),
+            (r#","stream_options":[]"#, "stream_options"),
+            (
+                r#","stream_options":{"include_usage":"yes"}"#,
+                "stream_options.include_usage",
+            ),
+        ] {
+            let error = inspect(with(extra).as_bytes(), EndpointType::Chat).unwrap_err();
+            assert_eq!(
+                (error.code(), error.param()),
+                ("invalid_parameter", Some(param)),
+                "{extra}"
+            );
+        }
+        let request = inspect(
+            with(r#","max_tokens":50,"max_completion_tokens":70,"stream_options":null"#).as_bytes(),
+            EndpointType::Chat,
+        )
+        .unwrap();
+        assert_eq!(
+            request.max_output_tokens,
+            Some(70),
+            "max_completion_tokens first"
         );
     }
 

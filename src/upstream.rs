@@ -155,6 +155,7 @@ pub(crate) fn test_upstream(
             eject_duration,
             eject_duration_max,
             health_check_interval: None,
+            stream_usage: crate::config::StreamUsage::Inject,
         },
     }
 }

@@ -7,6 +7,7 @@
 use crate::catalog::Key;
 use crate::clock::rfc3339;
 use crate::gateway::Gateway;
+use crate::limits::Window;
 use serde_json::{json, Value};
 
 /// `GET /keys`: every key, in configuration order.
@@ -53,6 +54,8 @@ fn view(gateway: &Gateway, key: &Key) -> Value {
             "requests_per_minute": key.requests_per_minute.map(|n| n.get()),
             "burst": key.burst.map(|n| n.get()),
             "max_concurrent": key.max_concurrent.map(|n| n.get()),
+            "tokens_per_minute": key.tokens_per_minute.map(|n| n.get()),
+            "tokens_per_day": key.tokens_per_day.map(|n| n.get()),
         },
         "not_before": key.not_before_unix_ms.map(rfc3339),
         "expires_at": key.expires_at_unix_ms.map(rfc3339),
@@ -60,10 +63,32 @@ fn view(gateway: &Gateway, key: &Key) -> Value {
         "active": inactive.is_none(),
         "inactive_reason": inactive.map(|why| why.name()),
         "requests": requests,
-        // Token windows come with token limits (DESIGN 4.3), which keys do not have yet.
-        "tokens": Value::Null,
+        "tokens": tokens(gateway, key),
         "in_flight": usage.in_flight,
         "last_used": last_used_ms.map(rfc3339),
         "last_used_seconds_ago": usage.since_last_request.map(|since| since.as_secs_f64()),
     })
+}
+
+/// The key's token windows (`null` without token limits): each one's limit, what is used
+/// and left of it now, and the time until it is full again.
+fn tokens(gateway: &Gateway, key: &Key) -> Value {
+    let windows = gateway.limiter.token_windows(key);
+    if windows.is_empty() {
+        return Value::Null;
+    }
+    let entries = windows.iter().map(|status| {
+        let name = match status.window {
+            Window::Minute => "per_minute",
+            Window::Day => "per_day",
+        };
+        let view = json!({
+            "limit": status.limit,
+            "used": status.limit.saturating_sub(status.remaining),
+            "remaining": status.remaining,
+            "reset_ms": status.reset.as_millis() as u64,
+        });
+        (name.to_owned(), view)
+    });
+    Value::Object(entries.collect())
 }

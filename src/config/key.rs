@@ -5,7 +5,7 @@
 
 use super::parsed::{items, Parsed};
 use super::raw::{RawKey, RawKeysFile};
-use super::values::{nonzero, required, required_name, Errors};
+use super::values::{nonzero, nonzero_u64, required, required_name, Errors};
 use super::KeyConfig;
 use crate::glob;
 use crate::secret::KeyHash;
@@ -170,6 +170,16 @@ fn key(
         &format!("{path}.max_concurrent"),
         raw.max_concurrent,
     );
+    let tokens_per_minute = nonzero_u64(
+        errors,
+        &format!("{path}.tokens_per_minute"),
+        raw.tokens_per_minute,
+    );
+    let tokens_per_day = nonzero_u64(
+        errors,
+        &format!("{path}.tokens_per_day"),
+        raw.tokens_per_day,
+    );
     let disabled = disabled(errors, &parsed);
     let not_before = timestamp(errors, &parsed.at("not_before"), raw.not_before.as_deref());
     let expires_at = timestamp(errors, &parsed.at("expires_at"), raw.expires_at.as_deref());
@@ -209,6 +219,8 @@ fn key(
         requests_per_minute,
         burst,
         max_concurrent,
+        tokens_per_minute,
+        tokens_per_day,
     })
 }
 

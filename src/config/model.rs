@@ -6,6 +6,10 @@ use super::raw::{RawModel, RawTarget};
 use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
 use crate::endpoint::EndpointType;
+use crate::request_body::MAX_OUTPUT_TOKENS;
+
+/// Output tokens reserved for a request that names no limit, unless the model says.
+const DEFAULT_MAX_TOKENS: u64 = 1024;
 use std::num::NonZeroU32;
 
 /// The valid models. `upstreams` names every upstream that was read, valid or not; `None`
@@ -70,6 +74,13 @@ fn model(
         raw.endpoints.as_deref(),
     );
     let (streaming, tool_calling) = capabilities(errors, &path, &raw.capabilities);
+    let default_max_tokens = raw.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if default_max_tokens > MAX_OUTPUT_TOKENS {
+        errors.push(
+            format!("{path}.default_max_tokens"),
+            format!("must be at most {MAX_OUTPUT_TOKENS}"),
+        );
+    }
     if errors.list.len() > before || !intact {
         return None;
     }
@@ -82,6 +93,7 @@ fn model(
         tool_calling,
         owned_by: raw.owned_by.unwrap_or_else(|| "sluice".into()),
         created: raw.created.unwrap_or(0),
+        default_max_tokens,
     })
 }
 

@@ -76,6 +76,7 @@ pub(super) struct RawUpstream {
     pub(super) eject_duration: Option<String>,
     pub(super) eject_duration_max: Option<String>,
     pub(super) health_check_interval: Option<String>,
+    pub(super) stream_usage: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +92,7 @@ pub(super) struct RawModel {
     pub(super) capabilities: Vec<String>,
     pub(super) owned_by: Option<String>,
     pub(super) created: Option<u64>,
+    pub(super) default_max_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -116,4 +118,6 @@ pub(super) struct RawKey {
     pub(super) requests_per_minute: Option<u32>,
     pub(super) burst: Option<u32>,
     pub(super) max_concurrent: Option<u32>,
+    pub(super) tokens_per_minute: Option<u64>,
+    pub(super) tokens_per_day: Option<u64>,
 }

@@ -6,7 +6,7 @@ use super::raw::RawUpstream;
 use super::values::{
     check_unique, duration, nonzero, optional_duration, required, required_name, Bounds, Errors,
 };
-use super::{HostLookup, UpstreamConfig, UpstreamPolicy};
+use super::{HostLookup, StreamUsage, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
 use pingora::protocols::tls::CaType;
 use pingora::utils::tls::{parse_x509, WrappedX509};
@@ -210,6 +210,18 @@ fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
         Bounds::WAIT,
     );
     let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, parsed);
+    let stream_usage = match raw.stream_usage.as_deref() {
+        None | Some("inject") => StreamUsage::Inject,
+        Some("passthrough") => StreamUsage::Passthrough,
+        Some("off") => StreamUsage::Off,
+        Some(other) => {
+            errors.push(
+                format!("{path}.stream_usage"),
+                format!("'{other}' is not one of inject, passthrough, off"),
+            );
+            StreamUsage::Inject
+        }
+    };
     UpstreamPolicy {
         total_timeout,
         max_concurrent,
@@ -220,6 +232,7 @@ fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
         eject_duration,
         eject_duration_max,
         health_check_interval,
+        stream_usage,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::{ConfigError, ConfigWarning};
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
 /// Collects errors (and warnings) about one file while validation goes on.
@@ -149,8 +149,16 @@ pub(super) fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option
 
 /// An optional limit: absent means none, zero is an error.
 pub(super) fn nonzero(errors: &mut Errors, path: &str, value: Option<u32>) -> Option<NonZeroU32> {
-    let value = value?;
-    let nonzero = NonZeroU32::new(value);
+    nonzero_u64(errors, path, value.map(u64::from)).and_then(|n| NonZeroU32::new(n.get() as u32))
+}
+
+/// A limit of at least 1, as a 64-bit count (tokens).
+pub(super) fn nonzero_u64(
+    errors: &mut Errors,
+    path: &str,
+    value: Option<u64>,
+) -> Option<NonZeroU64> {
+    let nonzero = NonZeroU64::new(value?);
     if nonzero.is_none() {
         errors.push(path, "must be at least 1 (leave it out for no limit)");
     }

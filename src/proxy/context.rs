@@ -4,7 +4,7 @@
 
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
-use crate::limits::{Permit, RateStatus};
+use crate::limits::{Permit, RateStatus, Reservation, TokenStatus};
 use crate::upstream::{AfterCut, Called, Exchange};
 use pingora::Error;
 use prometheus::IntGauge;
@@ -27,6 +27,14 @@ pub struct RequestContext {
     pub(super) status: u16,
     pub(super) error: Option<RequestError>,
     pub(super) rate: Option<RateStatus>,
+    /// The key's binding token window, for a key with token limits.
+    pub(super) tokens: Option<TokenStatus>,
+    /// Tokens reserved for this request, until its usage settles them.
+    pub(super) reservation: Option<Reservation>,
+    pub(super) reserved_tokens: Option<u64>,
+    /// The route's answers report usage by contract (chat, completions, responses,
+    /// embeddings): one without it is counted in `sluice_usage_missing_total`.
+    pub(super) usage_expected: bool,
     pub(super) since_previous: Option<Duration>,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
@@ -47,6 +55,10 @@ impl RequestContext {
             status: 0,
             error: None,
             rate: None,
+            tokens: None,
+            reservation: None,
+            reserved_tokens: None,
+            usage_expected: false,
             since_previous: None,
             exchange: Exchange::default(),
             permits: Vec::new(),

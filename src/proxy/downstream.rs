@@ -3,8 +3,9 @@
 //! local or proxied.
 
 use super::context::{Failure, RequestContext};
+use crate::endpoint::EndpointType;
 use crate::error::RequestError;
-use crate::limits::rate_headers;
+use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
 use crate::respond::LocalResponse;
@@ -27,6 +28,9 @@ pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(&'static str, String
     headers.push(("x-request-id", ctx.request_id.clone()));
     if let Some(rate) = &ctx.rate {
         headers.extend(rate_headers(rate));
+    }
+    if let Some(tokens) = &ctx.tokens {
+        headers.extend(token_headers(tokens));
     }
     headers
 }
@@ -196,6 +200,34 @@ impl Read {
         match self {
             Read::Json(_, request) => (&request.model, request.stream, request.uses_tools),
             Read::Form(_, form) => (&form.model, form.stream, false),
+        }
+    }
+
+    /// Tokens to reserve: the body's bytes / 4 for its input (nothing for an upload, whose
+    /// audio is not text), plus the output asked for, else the model's default, on routes
+    /// that generate text.
+    pub(super) fn token_estimate(&self, kind: EndpointType, default_max_tokens: u64) -> u64 {
+        let (input, asked) = match self {
+            Read::Json(bytes, request) => (bytes.len() as u64 / 4, request.max_output_tokens),
+            Read::Form(..) => (0, None),
+        };
+        let output = if kind.generates_text() {
+            asked.unwrap_or(default_max_tokens)
+        } else {
+            0
+        };
+        input + output
+    }
+
+    /// A stream to chat or completions whose client did not ask for the usage chunk.
+    pub(super) fn usage_unasked(&self, kind: EndpointType) -> bool {
+        match self {
+            Read::Json(_, request) => {
+                request.stream
+                    && !request.include_usage
+                    && matches!(kind, EndpointType::Chat | EndpointType::Completions)
+            }
+            Read::Form(..) => false,
         }
     }
 

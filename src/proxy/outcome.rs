@@ -32,6 +32,51 @@ pub(super) fn record_error(gateway: &Gateway, ctx: &mut RequestContext, error: R
     ctx.error = Some(error);
 }
 
+/// Settles the request's token reservation with the usage its answer reported, and counts
+/// the tokens. An answer that may have used tokens but reported none (cut, client gone,
+/// no usage sent) leaves the reservation standing, counted in `sluice_usage_missing_total`
+/// where usage is part of the route's contract; a request that generated nothing (no
+/// upstream reached, or an error answer) gets its reservation back whole.
+pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut RequestContext) {
+    let usage = ctx.exchange.usage;
+    let metrics = &gateway.metrics;
+    if let (Some(usage), Some(key)) = (usage, &ctx.key) {
+        let model = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
+        for (kind, count) in [("input", usage.input), ("output", usage.output)] {
+            metrics
+                .tokens
+                .with_label_values(&[&key.name, model, kind])
+                .inc_by(count);
+        }
+    }
+    let client_gone = e.is_some() && ctx.error.is_none();
+    let upstream = ctx.called.upstream.as_deref();
+    let may_have_used = match ctx.exchange.status {
+        Some(status) => (200..300).contains(&status),
+        None => {
+            upstream.is_some()
+                && (client_gone
+                    || matches!(
+                        ctx.error,
+                        Some(RequestError::UpstreamTimeout | RequestError::UpstreamClosed)
+                    ))
+        }
+    };
+    if let (None, Some(upstream), true, true) = (usage, upstream, may_have_used, ctx.usage_expected)
+    {
+        metrics.usage_missing.with_label_values(&[upstream]).inc();
+    }
+    let Some(reservation) = ctx.reservation.take() else {
+        return;
+    };
+    match usage {
+        Some(usage) => gateway.limiter.reconcile(reservation, usage.total()),
+        // The reservation stands: nothing tells what was used.
+        None if may_have_used => {}
+        None => gateway.limiter.reconcile(reservation, 0),
+    }
+}
+
 /// The request's metrics and its access-log line. `e`: the error pingora ended it with.
 pub(super) fn log_request(
     gateway: &Gateway,
@@ -120,6 +165,9 @@ pub(super) fn log_request(
         upstream_status: upstream_error.map(|_| status),
         upstream_error_code: upstream_error.and_then(|u| u.code.as_deref()),
         upstream_request_id: upstream_error.and_then(|u| u.request_id.as_deref()),
+        input_tokens: ctx.exchange.usage.map(|u| u.input),
+        output_tokens: ctx.exchange.usage.map(|u| u.output),
+        reserved_tokens: ctx.reserved_tokens,
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);

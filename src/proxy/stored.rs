@@ -52,6 +52,7 @@ impl Proxy {
             path,
             stored: Some(stored),
             rewrites_ids: true,
+            inject_usage: false,
         };
         self.deliver(session, ctx, catalog, destination).await
     }

@@ -2,7 +2,7 @@
 //! stored response's upstream ID) spliced in, or an upload read back from its spool with
 //! the `model` field renamed, or nothing.
 
-use crate::request_body::{for_target, ModelRequest};
+use crate::request_body::{for_target, Edits, ModelRequest};
 use crate::spool::Spool;
 use bytes::Bytes;
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
@@ -42,25 +42,16 @@ pub enum Body {
 }
 
 impl RequestBody<'_> {
-    /// The body for a target that knows the model as `upstream_model` (if renamed), with a
-    /// stored response's upstream ID in place of the client's (if named in the body).
-    pub fn for_target(
-        &self,
-        upstream_model: Option<&str>,
-        previous_response: Option<&str>,
-    ) -> Body {
+    /// The body for a target, with `edits` made (a form can only have its model renamed).
+    pub fn for_target(&self, edits: Edits) -> Body {
         match self {
             RequestBody::Empty => Body::Bytes(Bytes::new()),
             RequestBody::Raw(bytes) => Body::Bytes(bytes.clone()),
-            RequestBody::Json { bytes, request } => Body::Bytes(for_target(
-                bytes,
-                request,
-                upstream_model,
-                previous_response,
-            )),
+            RequestBody::Json { bytes, request } => Body::Bytes(for_target(bytes, request, edits)),
             RequestBody::Form { spool, model_span } => Body::Spooled {
                 spool: Arc::clone(spool),
-                splice: upstream_model
+                splice: edits
+                    .model
                     .map(|name| (model_span.clone(), Bytes::copy_from_slice(name.as_bytes()))),
             },
         }

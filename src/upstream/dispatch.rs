@@ -8,8 +8,10 @@ use super::request::{request_header, upstream_path};
 use super::verdict::{verdict, AfterCut, Next, On429, Outcome};
 use super::Upstreams;
 use crate::catalog::{Model, Upstream};
+use crate::config::StreamUsage;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
+use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
@@ -27,6 +29,9 @@ pub struct Dispatch<'a> {
     /// Stored-response IDs in the answer are rewritten to the ones clients see (the
     /// Responses API).
     pub rewrites_ids: bool,
+    /// A stream whose client did not ask for usage: targets whose `stream_usage` is
+    /// `inject` are asked for it, and it is taken out of what the client receives.
+    pub inject_usage: bool,
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
@@ -130,10 +135,13 @@ async fn attempts(
         let target = &model.targets[index];
         let upstream = &target.upstream;
         let previous = dispatch.stored.as_ref().filter(|s| s.in_body);
-        let body = dispatch.body.for_target(
-            target.upstream_model.as_deref(),
-            previous.map(|s| s.upstream_id.as_str()),
-        );
+        let inject_usage =
+            dispatch.inject_usage && upstream.policy.stream_usage == StreamUsage::Inject;
+        let body = dispatch.body.for_target(Edits {
+            model: target.upstream_model.as_deref(),
+            previous_response: previous.map(|s| s.upstream_id.as_str()),
+            include_usage: inject_usage,
+        });
         *called = Called {
             upstream: Some(upstream.name.clone()),
             url: Some(format!(
@@ -197,6 +205,7 @@ async fn attempts(
             request_started: dispatch.request_started,
             response_headers: &dispatch.response_headers,
             on_429,
+            strip_usage: inject_usage,
             request_id: dispatch.request_id,
             rewrite: dispatch.rewrites_ids.then(|| {
                 let known: Vec<&str> = dispatch
@@ -209,6 +218,7 @@ async fn attempts(
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;
+        measured.usage = None;
         let outcome = exchange(session, upstreams, metrics, call, measured).await;
         drop((slot, in_flight));
 

@@ -12,7 +12,7 @@
 
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
-use super::relay::{read_whole, relay_body, Passing};
+use super::relay::{read_whole, relay_body, Edit, Passing, Reading};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
     failure_of, read_failure, send_failed, Connection, EarlyFailure, On429, Outcome, Reached,
@@ -23,6 +23,7 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
+use crate::usage::{JsonScan, Usage};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::Stream;
@@ -49,6 +50,8 @@ pub struct Exchange {
     pub upstream_retry_after: Option<Duration>,
     /// The upstream's own error answer (a relayed 4xx or 5xx), for the access log.
     pub upstream_error: Option<UpstreamErrorRecord>,
+    /// The tokens a successful answer says it used.
+    pub usage: Option<Usage>,
 }
 
 /// One request to send upstream.
@@ -61,6 +64,8 @@ pub struct Call<'a> {
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: &'a [(&'static str, String)],
     pub on_429: On429,
+    /// The gateway asked for the usage chunk: a stream gets it taken out again.
+    pub strip_usage: bool,
     /// For the diagnostic log lines about this request.
     pub request_id: &'a str,
     /// Stored-response IDs to rewrite in a successful answer (the Responses API).
@@ -180,21 +185,31 @@ pub(super) async fn exchange(
     }
     measured.event_stream = is_event_stream(&to_client);
     measured.upstream_retry_after = retry_after;
+    let success = (200..300).contains(&status);
+    let edit = match (call.rewrite.clone(), call.strip_usage) {
+        (Some(rewrite), _) if success => Some(Edit::Rewrite(rewrite)),
+        (None, true) if success && measured.event_stream => Some(Edit::StripUsage),
+        _ => None,
+    };
     let mut passing = Passing {
         // An error answer's first bytes are kept as they pass, for the error record.
         kept: (status >= 400).then(Vec::new),
-        rewrite: call
-            .rewrite
-            .clone()
-            .filter(|_| (200..300).contains(&status)),
+        reading: success.then(|| Reading::for_answer(measured.event_stream)),
+        edit,
         pending: Vec::new(),
     };
     // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
     // new length; anything else is relayed as it comes.
-    let rewritten = match (&mut passing.rewrite, measured.event_stream) {
-        (Some(rewrite), false) => {
+    let rewritten = match (&mut passing.edit, measured.event_stream) {
+        (Some(Edit::Rewrite(rewrite)), false) => {
             match read_whole(session, &mut connection, upstream, deadline, measured).await {
-                Ok(body) => Some(bytes::Bytes::from(rewrite.json(&body))),
+                Ok(body) => {
+                    let mut scan = JsonScan::copying();
+                    scan.feed(&body);
+                    measured.usage = scan.usage();
+                    passing.reading = None;
+                    Some(bytes::Bytes::from(rewrite.json(&body)))
+                }
                 Err(outcome) => return outcome,
             }
         }
@@ -232,6 +247,9 @@ pub(super) async fn exchange(
             .await
         }
     };
+    if let Some(reading) = &passing.reading {
+        measured.usage = reading.usage();
+    }
     if let Some(body) = passing.kept {
         let upstream_id = response
             .headers

@@ -1,7 +1,8 @@
 //! Relaying an upstream's answer body to the client as it arrives: the idle and total
 //! deadlines, the client leaving, an event stream cut inside an event, the SSE error event
 //! that ends a cut stream, and what the gateway does to an answer as it passes (keeping an
-//! error answer's first bytes for the log, rewriting stored-response IDs event by event).
+//! error answer's first bytes for the log, reading the usage, rewriting stored-response IDs
+//! or taking out a usage the client did not ask for, event by event).
 
 use super::error_record::KEPT_BODY_BYTES;
 use super::exchange::{bounded, Call, Exchange};
@@ -10,6 +11,7 @@ use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::respond::stream_error_event;
 use crate::response_id::IdRewrite;
+use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::proxy::Session;
@@ -23,15 +25,55 @@ const MAX_REWRITTEN_BYTES: usize = 64 << 20;
 pub(super) struct Passing {
     /// An error answer's first bytes, for the error record.
     pub kept: Option<Vec<u8>>,
-    /// Stored-response IDs to rewrite.
-    pub rewrite: Option<IdRewrite>,
-    /// Bytes of an event not yet whole (when rewriting).
+    /// A successful answer's usage, read as it passes.
+    pub reading: Option<Reading>,
+    /// What is done to each whole event of a stream.
+    pub edit: Option<Edit>,
+    /// Bytes of an event not yet whole (when editing).
     pub pending: Vec<u8>,
 }
 
+/// A change made to every event of a stream.
+pub(super) enum Edit {
+    /// Stored-response IDs to rewrite (a JSON answer is rewritten whole instead).
+    Rewrite(IdRewrite),
+    /// Take out the usage the gateway asked for and the client did not.
+    StripUsage,
+}
+
+/// Reading the usage of an answer: a JSON document, or an event stream.
+pub(super) enum Reading {
+    Json(JsonScan),
+    Events(EventUsage),
+}
+
+impl Reading {
+    pub fn for_answer(event_stream: bool) -> Reading {
+        if event_stream {
+            Reading::Events(EventUsage::default())
+        } else {
+            Reading::Json(JsonScan::copying())
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Reading::Json(scan) => scan.feed(bytes),
+            Reading::Events(events) => events.feed(bytes),
+        }
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        match self {
+            Reading::Json(scan) => scan.usage(),
+            Reading::Events(events) => events.last(),
+        }
+    }
+}
+
 impl Passing {
-    /// The bytes to send for a chunk read, if any yet: rewritten whole events only when
-    /// IDs are being rewritten, the chunk itself otherwise.
+    /// The bytes to send for a chunk read, if any yet: whole edited events when events are
+    /// edited, the chunk itself otherwise.
     fn pass(&mut self, chunk: Bytes) -> Option<Bytes> {
         if chunk.is_empty() {
             return None;
@@ -40,14 +82,24 @@ impl Passing {
             let room = KEPT_BODY_BYTES.saturating_sub(kept.len());
             kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
         }
-        let Some(rewrite) = &mut self.rewrite else {
+        if let Some(reading) = &mut self.reading {
+            reading.feed(&chunk);
+        }
+        let Some(edit) = &mut self.edit else {
             return Some(chunk);
         };
         self.pending.extend_from_slice(&chunk);
         let mut out = Vec::new();
         while let Some(end) = event_end(&self.pending) {
             let event: Vec<u8> = self.pending.drain(..end).collect();
-            out.extend_from_slice(&rewrite.event(&event));
+            match edit {
+                Edit::Rewrite(rewrite) => out.extend_from_slice(&rewrite.event(&event)),
+                Edit::StripUsage => match strip_event(&event) {
+                    Stripped::Unchanged => out.extend_from_slice(&event),
+                    Stripped::Edited(edited) => out.extend_from_slice(&edited),
+                    Stripped::Dropped => {}
+                },
+            }
         }
         (!out.is_empty()).then(|| Bytes::from(out))
     }

@@ -1,0 +1,282 @@
+//! Token limits per key: `tokens_per_minute` and `tokens_per_day`, each a GCRA weighted by
+//! tokens (a request of `n` tokens moves the theoretical arrival time by `n` times the
+//! interval of one token), so the window rolls rather than resetting at the minute.
+//!
+//! Admission reserves an estimate (capped at each bucket's capacity, so one large request
+//! still passes on a full bucket); the end of the answer reconciles it with the real usage:
+//! what was over-reserved goes back, overage is taken even into debt.
+
+use super::{KeyState, Limiter};
+use crate::catalog::Key;
+use crate::error::RequestError;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A token window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    Minute,
+    Day,
+}
+
+impl Window {
+    const ALL: [Window; 2] = [Window::Minute, Window::Day];
+
+    fn period(self) -> Duration {
+        match self {
+            Window::Minute => Duration::from_secs(60),
+            Window::Day => Duration::from_secs(86_400),
+        }
+    }
+
+    /// As messages and the admin view name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Window::Minute => "tokens per minute",
+            Window::Day => "tokens per day",
+        }
+    }
+
+    fn limit(self, key: &Key) -> Option<u64> {
+        match self {
+            Window::Minute => key.tokens_per_minute,
+            Window::Day => key.tokens_per_day,
+        }
+        .map(|n| n.get())
+    }
+}
+
+/// Where a key stands in one token window, for the `x-ratelimit-*-tokens` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenStatus {
+    pub window: Window,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Time until the window is full again.
+    pub reset: Duration,
+}
+
+/// The theoretical arrival times of a key's token windows (minute, day), as time since the
+/// clock's start.
+#[derive(Debug, Default)]
+pub(super) struct TokenState(Mutex<[Duration; 2]>);
+
+/// Tokens reserved for a request in flight, until its usage is known.
+pub struct Reservation {
+    state: Arc<KeyState>,
+    /// Per window: the limit it was reserved under, and the tokens reserved (0: no limit).
+    reserved: [(u64, u64); 2],
+    /// The estimate, before any cap.
+    pub estimate: u64,
+}
+
+impl Reservation {
+    /// The most any window holds for this request.
+    pub fn reserved(&self) -> u64 {
+        self.reserved.iter().map(|&(_, n)| n).max().unwrap_or(0)
+    }
+}
+
+/// The time `tokens` take in a window of `limit` per `period`, rounded up.
+fn cost(tokens: u64, limit: u64, period: Duration) -> Duration {
+    let nanos = (tokens as u128 * period.as_nanos()).div_ceil(limit as u128);
+    Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
+}
+
+/// Where a window with arrival time `tat` stands now.
+fn position(window: Window, limit: u64, tat: Duration, now: Duration) -> TokenStatus {
+    let period = window.period();
+    let backlog = tat.saturating_sub(now);
+    let free = period.saturating_sub(backlog);
+    let remaining = (free.as_nanos() * limit as u128 / period.as_nanos()) as u64;
+    TokenStatus {
+        window,
+        limit,
+        remaining,
+        reset: backlog,
+    }
+}
+
+/// The window with the fewest tokens left (the minute's on a tie): what the headers show.
+fn binding(statuses: impl Iterator<Item = TokenStatus>) -> Option<TokenStatus> {
+    statuses.fold(None, |best: Option<TokenStatus>, status| match best {
+        Some(best) if best.remaining <= status.remaining => Some(best),
+        _ => Some(status),
+    })
+}
+
+impl Limiter {
+    /// Reserves `estimate` tokens in each of the key's token windows (capped at the
+    /// window's capacity), or refuses with the wait after which it would pass. `None`
+    /// for a key without token limits.
+    pub fn reserve_tokens(
+        &self,
+        key: &Key,
+        estimate: u64,
+    ) -> Option<Result<(Reservation, TokenStatus), (RequestError, TokenStatus)>> {
+        let limits = Window::ALL.map(|w| w.limit(key));
+        if limits.iter().all(Option::is_none) {
+            return None;
+        }
+        let state = self.state(&key.name);
+        let now = self.clock.now();
+        let mut tats = state.tokens.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = *tats;
+        let mut reserved = [(0, 0); 2];
+        let mut refused: Option<(Window, Duration)> = None;
+        for (i, window) in Window::ALL.into_iter().enumerate() {
+            let Some(limit) = limits[i] else { continue };
+            let tokens = estimate.min(limit);
+            let period = window.period();
+            let after = tats[i].max(now) + cost(tokens, limit, period);
+            let ahead = after - now;
+            if ahead > period {
+                let wait = ahead - period;
+                if refused.is_none_or(|(_, longest)| wait > longest) {
+                    refused = Some((window, wait));
+                }
+            }
+            next[i] = after;
+            reserved[i] = (limit, tokens);
+        }
+        let statuses = |tats: &[Duration; 2]| {
+            binding(
+                Window::ALL
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, w)| limits[i].map(|limit| position(w, limit, tats[i], now))),
+            )
+        };
+        if let Some((window, retry_after)) = refused {
+            let status = statuses(&tats)?;
+            let error = RequestError::TokensLimited {
+                retry_after,
+                window: window.name(),
+                limit: window.limit(key).unwrap_or(0),
+                estimate,
+            };
+            return Some(Err((error, status)));
+        }
+        *tats = next;
+        let status = statuses(&tats)?;
+        drop(tats);
+        Some(Ok((
+            Reservation {
+                state,
+                reserved,
+                estimate,
+            },
+            status,
+        )))
+    }
+
+    /// Settles a reservation with the tokens the answer used: refunds what was reserved
+    /// over it, takes what went beyond it (a key may go into debt, and then waits).
+    pub fn reconcile(&self, reservation: Reservation, used: u64) {
+        let now = self.clock.now();
+        let mut tats = reservation
+            .state
+            .tokens
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (i, window) in Window::ALL.into_iter().enumerate() {
+            let (limit, reserved) = reservation.reserved[i];
+            if limit == 0 {
+                continue;
+            }
+            let period = window.period();
+            let (held, owed) = (cost(reserved, limit, period), cost(used, limit, period));
+            tats[i] = if owed < held {
+                tats[i].saturating_sub(held - owed)
+            } else {
+                tats[i].max(now) + (owed - held)
+            };
+        }
+    }
+
+    /// Where the key stands on its token limits now, without reserving anything.
+    pub fn token_position(&self, key: &Key) -> Option<TokenStatus> {
+        let limits = Window::ALL.map(|w| w.limit(key));
+        if limits.iter().all(Option::is_none) {
+            return None;
+        }
+        let now = self.clock.now();
+        let tats = self.keys.get(&key.name).map_or([Duration::ZERO; 2], |s| {
+            *s.tokens.0.lock().unwrap_or_else(|p| p.into_inner())
+        });
+        binding(
+            Window::ALL
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, w)| limits[i].map(|limit| position(w, limit, tats[i], now))),
+        )
+    }
+
+    /// Every token window of the key, for the admin view.
+    pub fn token_windows(&self, key: &Key) -> Vec<TokenStatus> {
+        let now = self.clock.now();
+        let tats = self.keys.get(&key.name).map_or([Duration::ZERO; 2], |s| {
+            *s.tokens.0.lock().unwrap_or_else(|p| p.into_inner())
+        });
+        Window::ALL
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.limit(key).map(|limit| position(w, limit, tats[i], now)))
+            .collect()
+    }
+}
+
+/// The `x-ratelimit-*-tokens` headers.
+pub fn token_headers(status: &TokenStatus) -> [(&'static str, String); 3] {
+    [
+        ("x-ratelimit-limit-tokens", status.limit.to_string()),
+        ("x-ratelimit-remaining-tokens", status.remaining.to_string()),
+        (
+            "x-ratelimit-reset-tokens",
+            super::format_reset(status.reset),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_weighted_window_admits_until_the_estimate_no_longer_fits() {
+        let (limit, now) = (1000, Duration::from_secs(1000));
+        let mut tat = Duration::ZERO;
+        for _ in 0..4 {
+            tat = tat.max(now) + cost(250, limit, MINUTE);
+        }
+        assert_eq!(position(Window::Minute, limit, tat, now).remaining, 0);
+        // 250 more are 15 s ahead of a full window: that is the wait, exactly.
+        let ahead = tat.max(now) + cost(250, limit, MINUTE) - now;
+        assert_eq!(ahead - MINUTE, Duration::from_secs(15));
+        let later = now + Duration::from_secs(15);
+        assert!(tat.max(later) + cost(250, limit, MINUTE) - later <= MINUTE);
+    }
+
+    #[test]
+    fn costs_are_exact_for_limits_that_do_not_divide_the_period() {
+        assert_eq!(cost(7, 7, MINUTE), MINUTE);
+        assert_eq!(cost(1, 7, MINUTE), Duration::from_nanos(8_571_428_572));
+        assert_eq!(cost(0, 7, MINUTE), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_binding_window_is_the_one_with_fewest_left() {
+        let minute = position(Window::Minute, 1000, Duration::ZERO, MINUTE);
+        let day = TokenStatus {
+            window: Window::Day,
+            limit: 5000,
+            remaining: 10,
+            reset: Duration::ZERO,
+        };
+        assert_eq!(binding([minute, day].into_iter()), Some(day));
+        assert_eq!(binding([minute].into_iter()), Some(minute));
+    }
+}
