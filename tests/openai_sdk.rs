@@ -1,5 +1,6 @@
 //! The official `openai` SDKs as real clients, through the gateway to the built-in echo
-//! backend. Python: listing, retrieval, a chat completion and stream, the SDK's own error
+//! backend. Python: listing, retrieval, a chat completion and stream (with its usage chunk
+//! when asked, without any usage when not), the SDK's own error
 //! classes for our 404 and 401, its retry after our 429, then embeddings, legacy
 //! completions, the Responses API (a response found again by the ID the gateway gave it)
 //! and audio transcriptions. Node: embeddings, completions and the Responses API.
@@ -105,6 +106,7 @@ async fn the_openai_python_sdk_works_against_the_gateway() {
         "check_model_not_found",
         "check_authentication_error",
         "check_request_id",
+        "check_stream_usage",
     ];
     let stdout = run_python(&gw, checks).await;
     assert_ran(&stdout, checks);

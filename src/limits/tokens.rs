@@ -5,6 +5,9 @@
 //! Admission reserves an estimate (capped at each bucket's capacity, so one large request
 //! still passes on a full bucket); the end of the answer reconciles it with the real usage:
 //! what was over-reserved goes back, overage is taken even into debt.
+//!
+//! A window's arrival time is kept with the limit it was computed under: when a reload
+//! changes the limit, the tokens it holds stay the same and drain at the new rate.
 
 use super::{KeyState, Limiter};
 use crate::catalog::Key;
@@ -56,16 +59,41 @@ pub struct TokenStatus {
     pub reset: Duration,
 }
 
-/// The theoretical arrival times of a key's token windows (minute, day), as time since the
-/// clock's start.
+/// A key's token windows (minute, day).
 #[derive(Debug, Default)]
-pub(super) struct TokenState(Mutex<[Duration; 2]>);
+pub(super) struct TokenState(Mutex<[Bucket; 2]>);
+
+/// One window: its theoretical arrival time (time since the clock's start) and the limit
+/// that time was computed under (0: never used).
+#[derive(Debug, Default, Clone, Copy)]
+struct Bucket {
+    tat: Duration,
+    limit: u64,
+}
+
+impl Bucket {
+    /// The same window under `limit`: the tokens it holds are kept, not the time.
+    fn under(self, limit: u64, now: Duration, period: Duration) -> Bucket {
+        if self.limit == limit || self.limit == 0 {
+            return Bucket {
+                tat: self.tat,
+                limit,
+            };
+        }
+        let backlog = self.tat.saturating_sub(now);
+        let held = (backlog.as_nanos() * self.limit as u128 / period.as_nanos()) as u64;
+        Bucket {
+            tat: now + cost(held, limit, period),
+            limit,
+        }
+    }
+}
 
 /// Tokens reserved for a request in flight, until its usage is known.
 pub struct Reservation {
     state: Arc<KeyState>,
-    /// Per window: the limit it was reserved under, and the tokens reserved (0: no limit).
-    reserved: [(u64, u64); 2],
+    /// Per window: the tokens reserved (`None`: the key has no such limit).
+    reserved: [Option<u64>; 2],
     /// The estimate, before any cap.
     pub estimate: u64,
 }
@@ -73,7 +101,7 @@ pub struct Reservation {
 impl Reservation {
     /// The most any window holds for this request.
     pub fn reserved(&self) -> u64 {
-        self.reserved.iter().map(|&(_, n)| n).max().unwrap_or(0)
+        self.reserved.iter().flatten().copied().max().unwrap_or(0)
     }
 }
 
@@ -120,15 +148,16 @@ impl Limiter {
         }
         let state = self.state(&key.name);
         let now = self.clock.now();
-        let mut tats = state.tokens.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = *tats;
-        let mut reserved = [(0, 0); 2];
+        let mut buckets = state.tokens.0.lock().unwrap_or_else(|p| p.into_inner());
+        let current = current(&buckets, &limits, now);
+        let mut next = current;
+        let mut reserved = [None; 2];
         let mut refused: Option<(Window, Duration)> = None;
         for (i, window) in Window::ALL.into_iter().enumerate() {
             let Some(limit) = limits[i] else { continue };
             let tokens = estimate.min(limit);
             let period = window.period();
-            let after = tats[i].max(now) + cost(tokens, limit, period);
+            let after = current[i].tat.max(now) + cost(tokens, limit, period);
             let ahead = after - now;
             if ahead > period {
                 let wait = ahead - period;
@@ -136,19 +165,11 @@ impl Limiter {
                     refused = Some((window, wait));
                 }
             }
-            next[i] = after;
-            reserved[i] = (limit, tokens);
+            next[i].tat = after;
+            reserved[i] = Some(tokens);
         }
-        let statuses = |tats: &[Duration; 2]| {
-            binding(
-                Window::ALL
-                    .into_iter()
-                    .enumerate()
-                    .filter_map(|(i, w)| limits[i].map(|limit| position(w, limit, tats[i], now))),
-            )
-        };
         if let Some((window, retry_after)) = refused {
-            let status = statuses(&tats)?;
+            let status = binding_of(&current, &limits, now)?;
             let error = RequestError::TokensLimited {
                 retry_after,
                 window: window.name(),
@@ -157,40 +178,39 @@ impl Limiter {
             };
             return Some(Err((error, status)));
         }
-        *tats = next;
-        let status = statuses(&tats)?;
-        drop(tats);
-        Some(Ok((
-            Reservation {
-                state,
-                reserved,
-                estimate,
-            },
-            status,
-        )))
+        *buckets = next;
+        drop(buckets);
+        let status = binding_of(&next, &limits, now)?;
+        let reservation = Reservation {
+            state,
+            reserved,
+            estimate,
+        };
+        Some(Ok((reservation, status)))
     }
 
     /// Settles a reservation with the tokens the answer used: refunds what was reserved
     /// over it, takes what went beyond it (a key may go into debt, and then waits).
     pub fn reconcile(&self, reservation: Reservation, used: u64) {
         let now = self.clock.now();
-        let mut tats = reservation
+        let mut buckets = reservation
             .state
             .tokens
             .0
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         for (i, window) in Window::ALL.into_iter().enumerate() {
-            let (limit, reserved) = reservation.reserved[i];
-            if limit == 0 {
+            let (Some(reserved), bucket) = (reservation.reserved[i], &mut buckets[i]) else {
                 continue;
-            }
+            };
+            // In the window's current scale (a reload may have changed its limit since).
             let period = window.period();
+            let limit = bucket.limit.max(1);
             let (held, owed) = (cost(reserved, limit, period), cost(used, limit, period));
-            tats[i] = if owed < held {
-                tats[i].saturating_sub(held - owed)
+            bucket.tat = if owed < held {
+                bucket.tat.saturating_sub(held - owed)
             } else {
-                tats[i].max(now) + (owed - held)
+                bucket.tat.max(now) + (owed - held)
             };
         }
     }
@@ -202,29 +222,59 @@ impl Limiter {
             return None;
         }
         let now = self.clock.now();
-        let tats = self.keys.get(&key.name).map_or([Duration::ZERO; 2], |s| {
-            *s.tokens.0.lock().unwrap_or_else(|p| p.into_inner())
-        });
-        binding(
-            Window::ALL
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, w)| limits[i].map(|limit| position(w, limit, tats[i], now))),
-        )
+        binding_of(&self.buckets(key, &limits, now), &limits, now)
     }
 
-    /// Every token window of the key, for the admin view.
+    /// Every token window of the key, without reserving anything (for the admin view).
     pub fn token_windows(&self, key: &Key) -> Vec<TokenStatus> {
+        let limits = Window::ALL.map(|w| w.limit(key));
         let now = self.clock.now();
-        let tats = self.keys.get(&key.name).map_or([Duration::ZERO; 2], |s| {
-            *s.tokens.0.lock().unwrap_or_else(|p| p.into_inner())
-        });
-        Window::ALL
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, w)| w.limit(key).map(|limit| position(w, limit, tats[i], now)))
-            .collect()
+        let buckets = self.buckets(key, &limits, now);
+        statuses(&buckets, &limits, now).collect()
     }
+
+    /// The key's windows under its limits now, read without creating state.
+    fn buckets(&self, key: &Key, limits: &[Option<u64>; 2], now: Duration) -> [Bucket; 2] {
+        let buckets = self
+            .keys
+            .get(&key.name)
+            .map_or([Bucket::default(); 2], |s| {
+                *s.tokens.0.lock().unwrap_or_else(|p| p.into_inner())
+            });
+        current(&buckets, limits, now)
+    }
+}
+
+/// The windows under the key's limits now.
+fn current(buckets: &[Bucket; 2], limits: &[Option<u64>; 2], now: Duration) -> [Bucket; 2] {
+    let mut current = *buckets;
+    for (i, window) in Window::ALL.into_iter().enumerate() {
+        if let Some(limit) = limits[i] {
+            current[i] = buckets[i].under(limit, now, window.period());
+        }
+    }
+    current
+}
+
+/// Each limited window's position.
+fn statuses<'a>(
+    buckets: &'a [Bucket; 2],
+    limits: &'a [Option<u64>; 2],
+    now: Duration,
+) -> impl Iterator<Item = TokenStatus> + 'a {
+    Window::ALL
+        .into_iter()
+        .enumerate()
+        .filter_map(move |(i, w)| limits[i].map(|limit| position(w, limit, buckets[i].tat, now)))
+}
+
+/// The binding window's position.
+fn binding_of(
+    buckets: &[Bucket; 2],
+    limits: &[Option<u64>; 2],
+    now: Duration,
+) -> Option<TokenStatus> {
+    binding(statuses(buckets, limits, now))
 }
 
 /// The `x-ratelimit-*-tokens` headers.
@@ -258,6 +308,25 @@ mod tests {
         assert_eq!(ahead - MINUTE, Duration::from_secs(15));
         let later = now + Duration::from_secs(15);
         assert!(tat.max(later) + cost(250, limit, MINUTE) - later <= MINUTE);
+    }
+
+    #[test]
+    fn a_changed_limit_keeps_the_tokens_a_window_holds() {
+        let now = Duration::from_secs(1000);
+        let used = Bucket {
+            tat: now + cost(500, 1000, MINUTE),
+            limit: 1000,
+        };
+        let doubled = used.under(2000, now, MINUTE);
+        assert_eq!(
+            position(Window::Minute, 2000, doubled.tat, now).remaining,
+            1500
+        );
+        let fresh = Bucket::default().under(2000, now, MINUTE);
+        assert_eq!(
+            position(Window::Minute, 2000, fresh.tat, now).remaining,
+            2000
+        );
     }
 
     #[test]

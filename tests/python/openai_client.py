@@ -42,7 +42,25 @@ def check_stream():
     stream = client().chat.completions.create(
         model="echo-model", messages=[{"role": "user", "content": "one two three"}], stream=True
     )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    chunks = list(stream)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+    assert text == "one two three", text
+    # The gateway asked the backend for usage; a client that did not ask sees none of it.
+    assert all(chunk.usage is None and chunk.choices for chunk in chunks), chunks
+
+
+def check_stream_usage():
+    stream = client().chat.completions.create(
+        model="echo-model",
+        messages=[{"role": "user", "content": "one two three"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None, last
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (3, 3), last.usage
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text == "one two three", text
 
 
@@ -214,6 +232,7 @@ CHAT_CHECKS = [
     check_model_not_found,
     check_authentication_error,
     check_request_id,
+    check_stream_usage,
 ]
 
 ROUTE_CHECKS = [
