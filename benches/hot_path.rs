@@ -1,6 +1,7 @@
 //! Criterion benches for the request path's own work: key lookup, admission (key lookup +
-//! rate + concurrency) with 10,000 keys on one thread and two, model extraction from
-//! bodies of 1 KiB to 1 MiB, rendering `/v1/models` for 500 models, and error rendering.
+//! rate + concurrency, and with a token reservation settled) with 10,000 keys on one thread
+//! and two, model extraction from bodies of 1 KiB to 1 MiB, reading usage from answers and
+//! streams as they pass, rendering `/v1/models` for 500 models, and error rendering.
 //!
 //! Run: `cargo bench --bench hot_path`. Results and the machine: `benches/README.md`.
 
@@ -14,6 +15,7 @@ use sluice::limits::{Admission, Limiter};
 use sluice::request_body::inspect;
 use sluice::respond::error_response;
 use sluice::secret::KeyHash;
+use sluice::usage::{strip_event, EventUsage, JsonScan};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +27,7 @@ fn key(i: usize) -> String {
     format!("sk-bench-{i:08}-padding-to-a-realistic-length")
 }
 
-/// A catalog of 500 models and 10,000 keys, each limited by rate and concurrency (limits
+/// A catalog of 500 models and 10,000 keys, each limited by rate, tokens and concurrency (limits
 /// high enough that the bench never hits them: the full check runs, nothing is refused).
 fn catalog() -> Catalog {
     let mut yaml =
@@ -39,7 +41,7 @@ fn catalog() -> Catalog {
     for k in 0..KEYS {
         let hash = KeyHash::of(key(k).as_bytes()).to_hex();
         yaml.push_str(&format!(
-            "  - {{name: key-{k}, sha256: {hash}, requests_per_minute: 4000000000, max_concurrent: 64}}\n"
+            "  - {{name: key-{k}, sha256: {hash}, requests_per_minute: 4000000000, max_concurrent: 64, tokens_per_minute: 1000000000000, tokens_per_day: 1000000000000}}\n"
         ));
     }
     let config = sluice::config::parse("bench.yaml", &yaml, None, &|_| None).expect("bench config");
@@ -79,6 +81,21 @@ fn admission(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % KEYS;
             admit(&catalog, &limiter, &headers[i]);
+        })
+    });
+    // The whole of a request's limits: rate, concurrency, then a token reservation in both
+    // windows, settled with a usage below the estimate.
+    group.bench_function("one_thread_with_tokens", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let key = authenticate(&catalog, Some(&headers[i]), &SystemWallClock).unwrap();
+            let Admission::Allowed { permit, .. } = limiter.admit(&key) else {
+                panic!("bench key refused")
+            };
+            let (reservation, _) = limiter.reserve_tokens(&key, 1300).unwrap().unwrap();
+            limiter.reconcile(reservation, 250);
+            drop(black_box(permit));
         })
     });
     // Two threads admitting at once; the time reported is wall time per admission.
@@ -128,6 +145,59 @@ fn model_extraction(c: &mut Criterion) {
     group.finish();
 }
 
+/// A chat stream as vLLM sends it with usage asked for: `chunks` content chunks, each with
+/// `usage: null`, the finish chunk, the usage chunk, `[DONE]`.
+fn stream_of(chunks: usize) -> Vec<u8> {
+    let mut stream = String::new();
+    for i in 0..chunks {
+        stream.push_str(&format!("data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{i} \"}},\"finish_reason\":null}}],\"usage\":null}}\n\n"));
+    }
+    stream.push_str("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":200,\"total_tokens\":220}}\n\ndata: [DONE]\n\n");
+    stream.into_bytes()
+}
+
+fn usage_reading(c: &mut Criterion) {
+    let mut group = c.benchmark_group("usage");
+    let stream = stream_of(200);
+    group.throughput(Throughput::Bytes(stream.len() as u64));
+    // Read in the chunks the wire gives (one event each here), as the relay does.
+    let events: Vec<&[u8]> = stream
+        .split_inclusive(|&b| b == b'\n')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .map(|pair| {
+            &stream[pair[0].as_ptr() as usize - stream.as_ptr() as usize..]
+                [..pair.iter().map(|l| l.len()).sum()]
+        })
+        .collect();
+    group.bench_function("read_stream_200_chunks", |b| {
+        b.iter(|| {
+            let mut reading = EventUsage::default();
+            for event in &events {
+                reading.feed(event);
+            }
+            black_box(reading.last().expect("usage"))
+        })
+    });
+    group.bench_function("strip_stream_200_chunks", |b| {
+        b.iter(|| {
+            for event in &events {
+                black_box(strip_event(event));
+            }
+        })
+    });
+    let answer = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a reply of a few hundred bytes, as most chat answers are, with \"quotes\" and escapes \n inside it"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":30,"total_tokens":50}}"#;
+    group.throughput(Throughput::Bytes(answer.len() as u64));
+    group.bench_function("read_json_answer", |b| {
+        b.iter(|| {
+            let mut scan = JsonScan::copying();
+            scan.feed(black_box(answer));
+            black_box(scan.usage().expect("usage"))
+        })
+    });
+    group.finish();
+}
+
 fn rendering(c: &mut Criterion) {
     let catalog = catalog();
     let key = authenticate(
@@ -147,5 +217,11 @@ fn rendering(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, admission, model_extraction, rendering);
+criterion_group!(
+    benches,
+    admission,
+    model_extraction,
+    usage_reading,
+    rendering
+);
 criterion_main!(benches);

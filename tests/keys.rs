@@ -407,7 +407,8 @@ async fn the_admin_view_shows_live_counts_and_never_key_material() {
     assert_eq!(timed["labels"], serde_json::json!({"team": "search"}));
     assert_eq!(
         timed["limits"],
-        serde_json::json!({"requests_per_minute": 60, "burst": 5, "max_concurrent": 3})
+        serde_json::json!({"requests_per_minute": 60, "burst": 5, "max_concurrent": 3,
+            "tokens_per_minute": null, "tokens_per_day": null})
     );
     assert_eq!(timed["expires_at"], "2030-01-01T00:00:00Z");
     assert_eq!(timed["expires_in_seconds"], 3600);
@@ -429,7 +430,7 @@ async fn the_admin_view_shows_live_counts_and_never_key_material() {
     assert_eq!(
         timed["tokens"],
         serde_json::Value::Null,
-        "no token limits yet"
+        "a key without token limits has no token windows"
     );
     assert_eq!(timed["last_used_seconds_ago"], 0.5);
     assert_eq!(timed["last_used"], "2029-12-31T22:59:59.500Z");

@@ -194,13 +194,15 @@ pub(super) async fn relay_body(
     let mut tail = EventTail::default();
     loop {
         let read = next_chunk(session, connection, upstream, deadline, measured).await?;
-        let chunk = match read {
-            Next::Chunk(chunk) => chunk,
-            // An event stream that stops inside an event was cut, whatever its framing said.
+        let sent = match read {
+            Next::Chunk(chunk) => passing.pass(chunk),
             Next::End if !passing.pending.is_empty() => {
-                // What is left of a stream being rewritten goes out as it is.
-                Bytes::from(std::mem::take(&mut passing.pending))
+                // What is left of an edited stream goes out as it is; the next read ends
+                // the stream, judged as any other (cut if it stopped inside an event).
+                passing.edit = None;
+                Some(Bytes::from(std::mem::take(&mut passing.pending)))
             }
+            // An event stream that stops inside an event was cut, whatever its framing said.
             Next::End if measured.event_stream && !tail.at_event_end() => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
                 let error = RequestError::UpstreamClosed;
@@ -217,7 +219,7 @@ pub(super) async fn relay_body(
                 return Err(end_cut_stream(session, measured, error, tail).await);
             }
         };
-        let Some(chunk) = passing.pass(chunk) else {
+        let Some(chunk) = sent else {
             continue;
         };
         tail.remember(&chunk);
