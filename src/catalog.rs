@@ -2,7 +2,7 @@
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
 use crate::clock::WallClock;
-use crate::config::{Config, KeyConfig, UpstreamConfig, UpstreamPolicy};
+use crate::config::{Config, KeyConfig, ProviderStyle, UpstreamConfig, UpstreamPolicy};
 use crate::endpoint::EndpointType;
 use crate::glob;
 use crate::secret::{KeyHash, Secret};
@@ -26,6 +26,8 @@ pub struct Upstream {
     /// `scheme://authority`, for logs (the configured URL carries no secret).
     pub origin: String,
     pub credential: Option<Secret>,
+    /// Where the credential goes; the headers and query parameters every request carries.
+    pub style: ProviderStyle,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
     pub policy: UpstreamPolicy,
@@ -336,6 +338,7 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
         base_path: url.path().trim_end_matches('/').to_string(),
         origin: format!("{}://{authority}", url.scheme_str().unwrap_or("http")),
         credential: config.credential.clone(),
+        style: config.style.clone(),
         first_byte_timeout: config.first_byte_timeout,
         idle_timeout: config.idle_timeout,
         policy: config.policy.clone(),

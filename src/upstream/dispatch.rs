@@ -4,7 +4,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
-use super::request::{request_header, upstream_path};
+use super::request::{request_header, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, On429, Outcome};
 use super::Upstreams;
 use crate::catalog::{Model, Upstream};
@@ -139,11 +139,11 @@ async fn attempts(
             url: Some(format!(
                 "{}{}",
                 upstream.origin,
-                upstream_path(upstream, &dispatch.path, None)
+                upstream_path(upstream, &dispatch.path)
             )),
         };
         let query = session.req_header().uri.query();
-        let path = upstream_path(upstream, &dispatch.path, query);
+        let path = upstream_target(upstream, &dispatch.path, query);
         let header = match request_header(
             session.req_header(),
             upstream,
