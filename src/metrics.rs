@@ -314,7 +314,7 @@ impl Metrics {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);
             }
-            for reason in ["connect_failed", "rate_limited"] {
+            for reason in crate::upstream::RESEND_REASONS {
                 self.upstream_retries.with_label_values(&[upstream, reason]);
             }
             for code in UPSTREAM_CODES {

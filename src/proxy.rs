@@ -393,6 +393,7 @@ impl Proxy {
             response_headers: gateway_headers(ctx),
             retry_attempts: catalog.retry_attempts,
             retry_backoff: catalog.retry_backoff,
+            fallback_follows: false,
         };
         let gateway = &self.gateway;
         let dispatched =
@@ -404,7 +405,7 @@ impl Proxy {
         }
         match dispatched.delivery {
             Delivery::Delivered => Ok(()),
-            Delivery::Refused(error) => Err(Failure::Answer(error)),
+            Delivery::Refused(error) | Delivery::Unserved(error) => Err(Failure::Answer(error)),
             Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
             Delivery::ClientGone(e) => Err(Failure::Abort(e)),
         }

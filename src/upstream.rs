@@ -41,7 +41,7 @@ pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;
 pub use probe::{run as run_checks, CheckContext};
-pub use verdict::AfterCut;
+pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;
 use dashmap::DashMap;
