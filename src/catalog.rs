@@ -48,6 +48,9 @@ pub struct Model {
     pub targets: Vec<Target>,
     pub streaming: bool,
     pub tool_calling: bool,
+    /// The models that may take a request this one cannot serve, in the order they are
+    /// tried: its `fallbacks`, each followed by its own, every model once.
+    pub fallbacks: Vec<String>,
     /// What the model is, and every endpoint type whose routes it serves.
     pub endpoint_type: EndpointType,
     pub endpoints: Vec<EndpointType>,
@@ -188,6 +191,7 @@ impl Catalog {
                     targets,
                     streaming: m.streaming,
                     tool_calling: m.tool_calling,
+                    fallbacks: fallback_order(config, &m.id),
                     endpoint_type: m.endpoint_type,
                     endpoints: m.endpoints.clone(),
                     entry_json: Bytes::from(entry.to_string()),
@@ -252,6 +256,28 @@ impl Catalog {
         key.may_use(id).then_some(model)
     }
 
+    /// The models this key may use that take a request `model` cannot serve, in order.
+    pub fn fallbacks_for<'a>(
+        &'a self,
+        key: &'a Key,
+        model: &'a Model,
+    ) -> impl Iterator<Item = &'a Arc<Model>> + 'a {
+        model
+            .fallbacks
+            .iter()
+            .filter_map(move |id| self.model_for(key, id))
+    }
+
+    /// Every model and each model that may serve in its place (for the series of
+    /// `sluice_model_fallbacks_total`, declared at zero).
+    pub fn fallback_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.models.iter().flat_map(|m| {
+            m.fallbacks
+                .iter()
+                .map(move |fallback| (m.id.as_str(), fallback.as_str()))
+        })
+    }
+
     /// `GET /v1/models` for this key: the OpenAI list envelope of the entries it may see.
     pub fn render_list(&self, key: &Key) -> Bytes {
         let mut out = Vec::with_capacity(64 + self.models.len() * 160);
@@ -290,6 +316,25 @@ fn strip_port(host: &str) -> &str {
             host
         }
     })
+}
+
+/// The fallbacks of model `id`, depth first: each fallback, then its own, every model once
+/// and never `id` itself. Configuration has no cycles, so this ends.
+fn fallback_order(config: &Config, id: &str) -> Vec<String> {
+    fn visit(config: &Config, from: &str, order: &mut Vec<String>, root: &str) {
+        let Some(model) = config.models.iter().find(|m| m.id == from) else {
+            return;
+        };
+        for next in &model.fallbacks {
+            if next != root && !order.contains(next) {
+                order.push(next.clone());
+                visit(config, next, order, root);
+            }
+        }
+    }
+    let mut order = Vec::new();
+    visit(config, id, &mut order, id);
+    order
 }
 
 fn build_key(key: &KeyConfig) -> Key {

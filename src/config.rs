@@ -206,6 +206,8 @@ pub struct ModelConfig {
     pub endpoints: Vec<EndpointType>,
     pub streaming: bool,
     pub tool_calling: bool,
+    /// Model IDs that take a request this model cannot serve, in order.
+    pub fallbacks: Vec<String>,
     pub owned_by: String,
     pub created: u64,
 }

@@ -49,6 +49,7 @@ pub struct Metrics {
     pub upstream_ejections: IntCounterVec,
     pub upstream_cooldowns: IntCounterVec,
     pub upstream_retries: IntCounterVec,
+    pub model_fallbacks: IntCounterVec,
     pub upstream_queue: HistogramVec,
     pub upstream_health_checks: IntCounterVec,
     pub access_log_dropped: IntGauge,
@@ -176,9 +177,17 @@ impl Metrics {
         let upstream_retries = IntCounterVec::new(
             Opts::new(
                 "sluice_upstream_retries_total",
-                "Requests sent again after an attempt that provably did not reach or was not processed by an upstream.",
+                "Requests sent again, to another target, after a failure the upstream's retry_on names.",
             ),
             &["upstream", "reason"],
+        )
+        .expect("valid metric");
+        let model_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "sluice_model_fallbacks_total",
+                "Requests answered by a fallback model, by the model asked for and the model that served.",
+            ),
+            &["model", "served_model"],
         )
         .expect("valid metric");
         let upstream_queue = HistogramVec::new(
@@ -240,6 +249,7 @@ impl Metrics {
             Box::new(upstream_ejections.clone()),
             Box::new(upstream_cooldowns.clone()),
             Box::new(upstream_retries.clone()),
+            Box::new(model_fallbacks.clone()),
             Box::new(upstream_queue.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
@@ -268,6 +278,7 @@ impl Metrics {
             upstream_ejections,
             upstream_cooldowns,
             upstream_retries,
+            model_fallbacks,
             upstream_queue,
             upstream_health_checks,
             access_log_dropped,

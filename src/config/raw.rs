@@ -94,6 +94,7 @@ pub(super) struct RawModel {
     pub(super) endpoints: Option<Vec<String>>,
     #[serde(default)]
     pub(super) capabilities: Vec<String>,
+    pub(super) fallbacks: Option<Vec<String>>,
     pub(super) owned_by: Option<String>,
     pub(super) created: Option<u64>,
 }

@@ -52,6 +52,7 @@ impl Proxy {
             path,
             stored: Some(stored),
             rewrites_ids: true,
+            fallbacks: Vec::new(),
         };
         self.deliver(session, ctx, catalog, destination).await
     }

@@ -29,6 +29,9 @@ pub struct Dispatch<'a> {
     /// Stored-response IDs in the answer are rewritten to the ones clients see (the
     /// Responses API).
     pub rewrites_ids: bool,
+    /// The model is a fallback: the body names it in place of the model the client asked
+    /// for (unless a target knows it by another name).
+    pub renames_model: bool,
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
@@ -139,10 +142,13 @@ async fn attempts(
         let target = &model.targets[index];
         let upstream = &target.upstream;
         let previous = dispatch.stored.as_ref().filter(|s| s.in_body);
-        let body = dispatch.body.for_target(
-            target.upstream_model.as_deref(),
-            previous.map(|s| s.upstream_id.as_str()),
-        );
+        let name = target
+            .upstream_model
+            .as_deref()
+            .or(dispatch.renames_model.then_some(model.id.as_str()));
+        let body = dispatch
+            .body
+            .for_target(name, previous.map(|s| s.upstream_id.as_str()));
         *called = Called {
             upstream: Some(upstream.name.clone()),
             url: Some(format!(
