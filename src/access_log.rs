@@ -24,6 +24,8 @@ pub struct AccessRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_labels: Option<&'a std::collections::BTreeMap<String, String>>,
     pub model: Option<&'a str>,
+    /// The catalog model that served: the one asked for, or a fallback of it.
+    pub served_model: Option<&'a str>,
     pub upstream: Option<&'a str>,
     pub upstream_url: Option<&'a str>,
     pub status: u16,

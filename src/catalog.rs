@@ -2,7 +2,7 @@
 //! built. A request loads it once from the `ArcSwap` and keeps that `Arc` to its end.
 
 use crate::clock::WallClock;
-use crate::config::{Config, KeyConfig, UpstreamConfig, UpstreamPolicy};
+use crate::config::{Config, KeyConfig, ProviderStyle, UpstreamConfig, UpstreamPolicy};
 use crate::endpoint::EndpointType;
 use crate::glob;
 use crate::secret::{KeyHash, Secret};
@@ -26,6 +26,8 @@ pub struct Upstream {
     /// `scheme://authority`, for logs (the configured URL carries no secret).
     pub origin: String,
     pub credential: Option<Secret>,
+    /// Where the credential goes; the headers and query parameters every request carries.
+    pub style: ProviderStyle,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
     pub policy: UpstreamPolicy,
@@ -46,6 +48,9 @@ pub struct Model {
     pub targets: Vec<Target>,
     pub streaming: bool,
     pub tool_calling: bool,
+    /// The models that may take a request this one cannot serve, in the order they are
+    /// tried: its `fallbacks`, each followed by its own, every model once.
+    pub fallbacks: Vec<String>,
     /// What the model is, and every endpoint type whose routes it serves.
     pub endpoint_type: EndpointType,
     pub endpoints: Vec<EndpointType>,
@@ -190,6 +195,7 @@ impl Catalog {
                     targets,
                     streaming: m.streaming,
                     tool_calling: m.tool_calling,
+                    fallbacks: fallback_order(config, &m.id),
                     endpoint_type: m.endpoint_type,
                     endpoints: m.endpoints.clone(),
                     entry_json: Bytes::from(entry.to_string()),
@@ -255,6 +261,28 @@ impl Catalog {
         key.may_use(id).then_some(model)
     }
 
+    /// The models this key may use that take a request `model` cannot serve, in order.
+    pub fn fallbacks_for<'a>(
+        &'a self,
+        key: &'a Key,
+        model: &'a Model,
+    ) -> impl Iterator<Item = &'a Arc<Model>> + 'a {
+        model
+            .fallbacks
+            .iter()
+            .filter_map(move |id| self.model_for(key, id))
+    }
+
+    /// Every model and each model that may serve in its place (for the series of
+    /// `sluice_model_fallbacks_total`, declared at zero).
+    pub fn fallback_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.models.iter().flat_map(|m| {
+            m.fallbacks
+                .iter()
+                .map(move |fallback| (m.id.as_str(), fallback.as_str()))
+        })
+    }
+
     /// `GET /v1/models` for this key: the OpenAI list envelope of the entries it may see.
     pub fn render_list(&self, key: &Key) -> Bytes {
         let mut out = Vec::with_capacity(64 + self.models.len() * 160);
@@ -293,6 +321,25 @@ fn strip_port(host: &str) -> &str {
             host
         }
     })
+}
+
+/// The fallbacks of model `id`, depth first: each fallback, then its own, every model once
+/// and never `id` itself. Configuration has no cycles, so this ends.
+fn fallback_order(config: &Config, id: &str) -> Vec<String> {
+    fn visit(config: &Config, from: &str, order: &mut Vec<String>, root: &str) {
+        let Some(model) = config.models.iter().find(|m| m.id == from) else {
+            return;
+        };
+        for next in &model.fallbacks {
+            if next != root && !order.contains(next) {
+                order.push(next.clone());
+                visit(config, next, order, root);
+            }
+        }
+    }
+    let mut order = Vec::new();
+    visit(config, id, &mut order, id);
+    order
 }
 
 fn build_key(key: &KeyConfig) -> Key {
@@ -343,6 +390,7 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
         base_path: url.path().trim_end_matches('/').to_string(),
         origin: format!("{}://{authority}", url.scheme_str().unwrap_or("http")),
         credential: config.credential.clone(),
+        style: config.style.clone(),
         first_byte_timeout: config.first_byte_timeout,
         idle_timeout: config.idle_timeout,
         policy: config.policy.clone(),

@@ -13,7 +13,9 @@
 mod key;
 mod model;
 mod parsed;
+mod provider;
 mod raw;
+mod retry_on;
 mod server;
 mod upstream;
 mod values;
@@ -117,6 +119,8 @@ pub struct UpstreamConfig {
     /// Certificate authorities trusted for this https upstream instead of the system's.
     pub ca: Option<Arc<CaType>>,
     pub credential: Option<Secret>,
+    /// Where the credential goes, and what else every request to it carries.
+    pub style: ProviderStyle,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
@@ -136,6 +140,8 @@ pub struct UpstreamPolicy {
     pub queue_timeout: Duration,
     /// Cooldown after a 429 that names no `Retry-After`.
     pub rate_limit_cooldown: Duration,
+    /// The failures that move a request to another target of its model.
+    pub retry_on: Vec<RetryOn>,
     /// Consecutive failures that eject the upstream.
     pub eject_after_failures: u32,
     /// First ejection; each further one in a row doubles it, up to `eject_duration_max`.
@@ -160,6 +166,51 @@ pub enum StreamUsage {
     Off,
 }
 
+/// A failure that moves a request to another target of its model (`retry_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    /// No connection could be opened: the upstream never saw the request.
+    ConnectFailure,
+    /// No response header within `first_byte_timeout`: the upstream may have processed it.
+    FirstByteTimeout,
+    /// The upstream answered with this status (429, 500, 502, 503 or 504).
+    Status(u16),
+}
+
+impl RetryOn {
+    /// Without `retry_on`: the failures that say the upstream did not process the request.
+    pub const DEFAULT: [RetryOn; 3] = [
+        RetryOn::ConnectFailure,
+        RetryOn::Status(429),
+        RetryOn::Status(503),
+    ];
+}
+
+/// How a provider wants to be called: the header and scheme of the credential, and the
+/// headers and query parameters every request to it carries (Azure OpenAI's `api-key` and
+/// `api-version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderStyle {
+    /// `Authorization` unless `auth_header` says otherwise.
+    pub auth_header: http::HeaderName,
+    /// Written before the credential with a space (`Bearer`); empty: the bare credential.
+    pub auth_scheme: String,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// The `query` parameters, encoded (`api-version=2024-06-01`); empty when none.
+    pub query: String,
+}
+
+impl Default for ProviderStyle {
+    fn default() -> Self {
+        ProviderStyle {
+            auth_header: http::header::AUTHORIZATION,
+            auth_scheme: "Bearer".into(),
+            headers: Vec::new(),
+            query: String::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub id: String,
@@ -170,6 +221,8 @@ pub struct ModelConfig {
     pub endpoints: Vec<EndpointType>,
     pub streaming: bool,
     pub tool_calling: bool,
+    /// Model IDs that take a request this model cannot serve, in order.
+    pub fallbacks: Vec<String>,
     pub owned_by: String,
     pub created: u64,
     /// Output tokens reserved for a request that names no limit of its own.

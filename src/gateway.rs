@@ -120,6 +120,11 @@ fn declare_series(metrics: &Metrics, catalog: &Catalog) {
         catalog.upstreams.iter().map(|u| u.name.as_str()),
         catalog.key_names(),
     );
+    for (model, fallback) in catalog.fallback_pairs() {
+        metrics
+            .model_fallbacks
+            .with_label_values(&[model, fallback]);
+    }
     metrics.describe_keys(catalog.keys(), &catalog.metric_labels);
 }
 

@@ -49,6 +49,7 @@ pub struct Metrics {
     pub upstream_ejections: IntCounterVec,
     pub upstream_cooldowns: IntCounterVec,
     pub upstream_retries: IntCounterVec,
+    pub model_fallbacks: IntCounterVec,
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
@@ -178,7 +179,7 @@ impl Metrics {
         let upstream_retries = IntCounterVec::new(
             Opts::new(
                 "sluice_upstream_retries_total",
-                "Requests sent again after an attempt that provably did not reach or was not processed by an upstream.",
+                "Requests sent again, to another target, after a failure the upstream's retry_on names.",
             ),
             &["upstream", "reason"],
         )
@@ -197,6 +198,14 @@ impl Metrics {
                 "Answers that may have used tokens but reported no usage (cut, client gone, none sent); their reservation stands.",
             ),
             &["upstream"],
+        )
+        .expect("valid metric");
+        let model_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "sluice_model_fallbacks_total",
+                "Requests answered by a fallback model, by the model asked for and the model that served.",
+            ),
+            &["model", "served_model"],
         )
         .expect("valid metric");
         let upstream_queue = HistogramVec::new(
@@ -258,6 +267,7 @@ impl Metrics {
             Box::new(upstream_ejections.clone()),
             Box::new(upstream_cooldowns.clone()),
             Box::new(upstream_retries.clone()),
+            Box::new(model_fallbacks.clone()),
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
@@ -288,6 +298,7 @@ impl Metrics {
             upstream_ejections,
             upstream_cooldowns,
             upstream_retries,
+            model_fallbacks,
             upstream_queue,
             tokens,
             usage_missing,
@@ -337,7 +348,7 @@ impl Metrics {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);
             }
-            for reason in ["connect_failed", "rate_limited"] {
+            for reason in crate::upstream::RESEND_REASONS {
                 self.upstream_retries.with_label_values(&[upstream, reason]);
             }
             for code in UPSTREAM_CODES {

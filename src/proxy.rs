@@ -6,14 +6,16 @@
 //! | `early_request_filter` | load the catalog snapshot once; client read/write timeouts     |
 //! | `request_filter`       | [`Proxy::handle`]: host, route, key, limits, body, model,       |
 //! |                        | capabilities, then answer locally or deliver upstream through  |
-//! |                        | [`upstream::dispatch`]; `Ok(true)` (the response is done), or  |
+//! |                        | [`upstream::dispatch`], to the model's fallbacks in turn if it |
+//! |                        | cannot serve; `Ok(true)` (the response is done), or            |
 //! |                        | an error for a response cut short or a client that left        |
 //! | `upstream_peer`        | never reached (see `request_filter`)                            |
 //! | `fail_to_proxy`        | an unexpected error: JSON 500 if nothing was sent yet            |
 //! | `logging`              | access log line and metrics (`outcome.rs`)                      |
 //!
 //! Beside this file: `context.rs` (what a request holds), `downstream.rs` (talking to the
-//! client) and `outcome.rs` (the end of a request). Requests are forwarded by hand because
+//! client), `fallback.rs` (which models may take a request) and `outcome.rs` (the end of a
+//! request). Requests are forwarded by hand because
 //! the model is in the body and pingora's own replay of a pre-read body stops at 64 KiB.
 //! Resources a request holds (limit permits, the in-flight gauge) live in the context and
 //! are released when it drops, which happens after `logging`, or without it when a task is
@@ -22,6 +24,7 @@
 
 mod context;
 mod downstream;
+mod fallback;
 mod outcome;
 mod stored;
 
@@ -43,6 +46,7 @@ use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
 use context::{Failure, InFlight};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
+use fallback::{check_serves, fallbacks, Needs};
 use outcome::{log_request, record_error, settle_tokens};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -337,34 +341,22 @@ impl Proxy {
                 model: model_name.to_owned(),
             })?;
         ctx.model_label = Some(model.id.clone());
-        if !model.endpoints.contains(&endpoint.kind) {
-            return Err(RequestError::EndpointNotSupported {
-                model: model.id.clone(),
-                serves: model.endpoint_type.route(),
-            }
-            .into());
-        }
         // 6. Capabilities, where the route has them.
-        if stream && endpoint.kind.streams() && !model.streaming {
-            return Err(RequestError::CapabilityNotSupported {
-                param: "stream",
-                model: model.id.clone(),
-                capability: "streaming",
-            }
-            .into());
-        }
-        if uses_tools && !model.tool_calling {
-            return Err(RequestError::CapabilityNotSupported {
-                param: "tools",
-                model: model.id.clone(),
-                capability: "tool calling",
-            }
-            .into());
-        }
+        let needs = Needs {
+            endpoint: endpoint.kind,
+            stream,
+            tools: uses_tools,
+        };
+        check_serves(model, needs)?;
         // A stored response named in the body lives on one of the model's targets.
         let stored = match read.previous_response() {
             Some(id) => Some(stored_at(model, id, true)?),
             None => None,
+        };
+        // A stored response lives on one target: such a request never falls back.
+        let fallbacks = match stored {
+            Some(_) => Vec::new(),
+            None => fallbacks(catalog, key, model, needs),
         };
         // The key's token windows, last: the estimate needs the body and the model.
         ctx.usage_expected = endpoint.kind.reports_usage();
@@ -378,6 +370,7 @@ impl Proxy {
             stored,
             rewrites_ids: endpoint.kind == EndpointType::Responses,
             inject_usage: read.usage_unasked(endpoint.kind),
+            fallbacks,
         };
         self.deliver(session, ctx, catalog, destination).await
     }
@@ -405,7 +398,10 @@ impl Proxy {
         }
     }
 
-    /// Step 7: sends the request upstream, and notes what came of it.
+    /// Step 7: sends the request upstream, and notes what came of it. A model that cannot
+    /// serve it (no target free, or every try failed in a way `retry_on` names) hands it
+    /// to the next of its fallbacks, the body renamed for that model; the answer names the
+    /// model that served in `x-sluice-model`.
     async fn deliver(
         &self,
         session: &mut Session,
@@ -413,32 +409,70 @@ impl Proxy {
         catalog: &Catalog,
         destination: Destination<'_>,
     ) -> Result<(), Failure> {
-        let dispatch = Dispatch {
-            model: destination.model,
-            body: destination.body,
-            path: destination.path,
-            stored: destination.stored,
-            rewrites_ids: destination.rewrites_ids,
-            inject_usage: destination.inject_usage,
-            request_id: &ctx.request_id,
-            request_started: ctx.started,
-            response_headers: gateway_headers(ctx),
-            retry_attempts: catalog.retry_attempts,
-            retry_backoff: catalog.retry_backoff,
-        };
+        let Destination {
+            model: requested,
+            body,
+            path,
+            mut stored,
+            rewrites_ids,
+            inject_usage,
+            fallbacks,
+        } = destination;
+        let models: Vec<&Model> = std::iter::once(requested)
+            .chain(fallbacks.iter().map(|m| m.as_ref()))
+            .collect();
         let gateway = &self.gateway;
-        let dispatched =
-            upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
-        ctx.called = dispatched.called;
-        ctx.exchange = dispatched.measured;
+        for (tried, model) in models.iter().enumerate() {
+            let mut response_headers = gateway_headers(ctx);
+            response_headers.push(("x-sluice-model", model.id.clone()));
+            let dispatch = Dispatch {
+                model,
+                body: body.clone(),
+                path: path.clone(),
+                stored: stored.take(),
+                rewrites_ids,
+                inject_usage,
+                renames_model: tried > 0,
+                request_id: &ctx.request_id,
+                request_started: ctx.started,
+                response_headers,
+                retry_attempts: catalog.retry_attempts,
+                retry_backoff: catalog.retry_backoff,
+                fallback_follows: tried + 1 < models.len(),
+            };
+            let dispatched =
+                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
+            ctx.called = dispatched.called;
+            // Every model's time on its upstreams counts as upstream time.
+            let waited = ctx.exchange.upstream_wait;
+            ctx.exchange = dispatched.measured;
+            ctx.exchange.upstream_wait += waited;
+            ctx.served_model = Some(model.id.clone());
+            let error = match dispatched.delivery {
+                Delivery::Unserved(error) if tried + 1 < models.len() => error,
+                Delivery::Delivered => break,
+                Delivery::Refused(error) | Delivery::Unserved(error) => {
+                    return Err(Failure::Answer(error))
+                }
+                Delivery::Cut { error, then } => {
+                    self.note_status(ctx);
+                    return Err(Failure::Ended { error, then });
+                }
+                Delivery::ClientGone(e) => {
+                    self.note_status(ctx);
+                    return Err(Failure::Abort(e));
+                }
+            };
+            log::warn!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), model = model.id.as_str(), code = error.code(); "model could not serve the request; its fallback takes it");
+        }
+        self.note_status(ctx);
+        Ok(())
+    }
+
+    /// The status the upstream's answer gave the client, if one started.
+    fn note_status(&self, ctx: &mut RequestContext) {
         if let Some(status) = ctx.exchange.status {
             ctx.status = status;
-        }
-        match dispatched.delivery {
-            Delivery::Delivered => Ok(()),
-            Delivery::Refused(error) => Err(Failure::Answer(error)),
-            Delivery::Cut { error, then } => Err(Failure::Ended { error, then }),
-            Delivery::ClientGone(e) => Err(Failure::Abort(e)),
         }
     }
 }
@@ -453,4 +487,6 @@ struct Destination<'a> {
     rewrites_ids: bool,
     /// A stream whose client did not ask for usage (see [`Dispatch::inject_usage`]).
     inject_usage: bool,
+    /// The models that take the request, in order, if `model` cannot serve it.
+    fallbacks: Vec<&'a Arc<Model>>,
 }

@@ -41,7 +41,7 @@ pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;
 pub use probe::{run as run_checks, CheckContext};
-pub use verdict::AfterCut;
+pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;
 use dashmap::DashMap;
@@ -143,6 +143,7 @@ pub(crate) fn test_upstream(
         base_path: "/v1".into(),
         origin: "http://backend:8000".into(),
         credential: None,
+        style: crate::config::ProviderStyle::default(),
         first_byte_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(1),
         policy: crate::config::UpstreamPolicy {
@@ -151,6 +152,7 @@ pub(crate) fn test_upstream(
             max_queue: 0,
             queue_timeout: Duration::from_secs(1),
             rate_limit_cooldown: Duration::from_secs(1),
+            retry_on: crate::config::RetryOn::DEFAULT.to_vec(),
             eject_after_failures,
             eject_duration,
             eject_duration_max,

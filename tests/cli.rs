@@ -74,6 +74,38 @@ keys:
 }
 
 #[test]
+fn check_refuses_fallbacks_in_a_cycle_and_unknown_ones() {
+    let dir = temp_dir("check-fallbacks");
+    let path = dir.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        r#"
+upstreams:
+  - {name: u, url: "http://127.0.0.1:9/v1", retry_on: [503, 418]}
+models:
+  - {id: a, upstream: u, fallbacks: [b]}
+  - {id: b, upstream: u, fallbacks: [c, ghost]}
+  - {id: c, upstream: u, fallbacks: [a]}
+"#,
+    )
+    .unwrap();
+    let output = sluice(&["check", "--config", path.to_str().unwrap()]);
+    assert!(!output.status.success(), "check fails on a cycle");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "models[0].fallbacks: fallbacks form a cycle: a -> b -> c -> a",
+        "models[1].fallbacks[1]: no model has the id 'ghost'",
+        "upstreams[0].retry_on[1]: 418 is not a failure to retry on",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "check names `{expected}`:\n{errors}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn key_prints_a_key_and_its_matching_hash_line() {
     let output = sluice(&["key", "--name", "team-a"]);
     assert!(output.status.success());

@@ -119,7 +119,7 @@ models:
     assert_eq!(
         errors,
         [
-            "g.yaml: upstreams[0].colour: unknown field `colour`, expected one of `name`, `url`, `ca_file`, `api_key_env`, `connect_timeout`, `first_byte_timeout`, `idle_timeout`, `total_timeout`, `max_concurrent`, `max_queue`, `queue_timeout`, `rate_limit_cooldown`, `eject_after_failures`, `eject_duration`, `eject_duration_max`, `health_check_interval`, `stream_usage`",
+            "g.yaml: upstreams[0].colour: unknown field `colour`, expected one of `name`, `url`, `ca_file`, `api_key_env`, `auth_header`, `auth_scheme`, `headers`, `query`, `connect_timeout`, `first_byte_timeout`, `idle_timeout`, `total_timeout`, `max_concurrent`, `max_queue`, `queue_timeout`, `rate_limit_cooldown`, `retry_on`, `eject_after_failures`, `eject_duration`, `eject_duration_max`, `health_check_interval`, `stream_usage`",
             "g.yaml: upstreams[1].url: invalid type: sequence, expected a string",
             "g.yaml: upstreams[0].connect_timeout: 'soon' is not a duration (examples: 150ms, 2s, 5m)",
             "g.yaml: upstreams[2].name: is required",

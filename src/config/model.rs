@@ -1,5 +1,5 @@
 //! Models: the targets each one routes to (one `upstream`, or weighted `targets`), its
-//! endpoint type and its capabilities.
+//! endpoint type, its capabilities and its `fallbacks` (known models, never in a cycle).
 
 use super::parsed::{items, Parsed};
 use super::raw::{RawModel, RawTarget};
@@ -24,11 +24,80 @@ pub(super) fn models(
         .iter()
         .filter_map(|m| m.raw.id.as_deref())
         .collect();
-    check_unique(errors, "models", ids.into_iter(), "id");
+    check_unique(errors, "models", ids.iter().copied(), "id");
+    check_fallbacks(errors, &raw_models);
     raw_models
         .into_iter()
         .filter_map(|parsed| model(errors, parsed, upstreams))
         .collect()
+}
+
+/// Each fallback names a model that was read (valid or not), and following fallbacks from
+/// any model never leads back to it. A cycle is reported once, at its first model.
+fn check_fallbacks(errors: &mut Errors, models: &[Parsed<RawModel>]) {
+    let index = |id: &str| models.iter().position(|m| m.raw.id.as_deref() == Some(id));
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
+    for (i, model) in models.iter().enumerate() {
+        for (j, id) in model.raw.fallbacks.iter().flatten().enumerate() {
+            match index(id) {
+                Some(to) => edges[i].push(to),
+                None => errors.push(
+                    model.at(&format!("fallbacks[{j}]")),
+                    format!("no model has the id '{id}'"),
+                ),
+            }
+        }
+    }
+    let mut in_cycle = vec![false; models.len()];
+    for start in 0..models.len() {
+        if in_cycle[start] {
+            continue;
+        }
+        if let Some(cycle) = cycle_from(start, &edges) {
+            for &i in &cycle {
+                in_cycle[i] = true;
+            }
+            let names: Vec<&str> = cycle
+                .iter()
+                .chain(std::iter::once(&cycle[0]))
+                .map(|&i| models[i].raw.id.as_deref().unwrap_or("?"))
+                .collect();
+            errors.push(
+                models[start].at("fallbacks"),
+                format!("fallbacks form a cycle: {}", names.join(" -> ")),
+            );
+        }
+    }
+}
+
+/// A cycle through `start` along `edges` (the models on it, `start` first), if there is one.
+fn cycle_from(start: usize, edges: &[Vec<usize>]) -> Option<Vec<usize>> {
+    // Depth first, with the path held: a small graph, each node entered once.
+    let mut path = vec![start];
+    let mut next = vec![0usize];
+    let mut seen = vec![false; edges.len()];
+    seen[start] = true;
+    while let Some(&node) = path.last() {
+        let at = next.last_mut()?;
+        match edges[node].get(*at) {
+            Some(&to) => {
+                *at += 1;
+                if to == start {
+                    return Some(path);
+                }
+                if !seen[to] {
+                    seen[to] = true;
+                    path.push(to);
+                    next.push(0);
+                }
+            }
+            None => {
+                path.pop();
+                next.pop();
+            }
+        }
+    }
+    None
 }
 
 fn model(
@@ -91,6 +160,7 @@ fn model(
         endpoints,
         streaming,
         tool_calling,
+        fallbacks: raw.fallbacks.unwrap_or_default(),
         owned_by: raw.owned_by.unwrap_or_else(|| "sluice".into()),
         created: raw.created.unwrap_or(0),
         default_max_tokens,
@@ -241,4 +311,44 @@ fn capabilities(errors: &mut Errors, path: &str, capabilities: &[String]) -> (bo
         }
     }
     (streaming, tool_calling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors_of(yaml: &str) -> Vec<String> {
+        let values: Vec<serde_yaml::Value> = serde_yaml::from_str(yaml).unwrap();
+        let mut errors = Errors::new("f.yaml");
+        let names = vec!["u".to_string()];
+        models(&mut errors, values, Some(&names));
+        errors
+            .list
+            .into_iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn fallbacks_name_known_models_without_cycles() {
+        assert!(errors_of(
+            "[{id: a, upstream: u, fallbacks: [b, c]}, {id: b, upstream: u, fallbacks: [c]}, {id: c, upstream: u}]"
+        )
+        .is_empty(), "a diamond is not a cycle");
+        assert_eq!(
+            errors_of("[{id: a, upstream: u, fallbacks: [nope]}]"),
+            ["f.yaml: models[0].fallbacks[0]: no model has the id 'nope'"]
+        );
+        assert_eq!(
+            errors_of("[{id: a, upstream: u, fallbacks: [a]}]"),
+            ["f.yaml: models[0].fallbacks: fallbacks form a cycle: a -> a"]
+        );
+        assert_eq!(
+            errors_of(
+                "[{id: x, upstream: u, fallbacks: [a]}, {id: a, upstream: u, fallbacks: [b]}, {id: b, upstream: u, fallbacks: [c]}, {id: c, upstream: u, fallbacks: [a]}]"
+            ),
+            ["f.yaml: models[1].fallbacks: fallbacks form a cycle: a -> b -> c -> a"],
+            "reported once, at its first model; a model leading into it is not in it"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! Upstreams: the URL checked and its host resolved, the private CA file, the credential
-//! from the environment, the timeouts and the protection policy.
+//! from the environment and how the provider wants it (`provider.rs`), the timeouts and the
+//! protection policy (with `retry_on.rs`).
 
 use super::parsed::{items, Parsed};
 use super::raw::RawUpstream;
@@ -77,6 +78,7 @@ fn upstream(
         .api_key_env
         .as_deref()
         .and_then(|name| credential(errors, path, name, env));
+    let style = super::provider::style(errors, path, raw);
     let connect_timeout = duration(
         errors,
         &format!("{path}.connect_timeout"),
@@ -108,6 +110,7 @@ fn upstream(
         addr: addr?,
         ca,
         credential,
+        style,
         connect_timeout: connect_timeout?,
         first_byte_timeout: first_byte_timeout?,
         idle_timeout: idle_timeout?,
@@ -209,6 +212,8 @@ fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
         Duration::from_secs(5),
         Bounds::WAIT,
     );
+    let retry_on =
+        super::retry_on::retry_on(errors, &format!("{path}.retry_on"), raw.retry_on.as_deref());
     let (eject_after_failures, eject_duration, eject_duration_max) = ejection(errors, parsed);
     let stream_usage = match raw.stream_usage.as_deref() {
         None | Some("inject") => StreamUsage::Inject,
@@ -228,6 +233,7 @@ fn policy(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> UpstreamPolicy {
         max_queue,
         queue_timeout,
         rate_limit_cooldown: rate_limit_cooldown.unwrap_or_default(),
+        retry_on,
         eject_after_failures,
         eject_duration,
         eject_duration_max,

@@ -20,6 +20,9 @@ pub struct RequestContext {
     /// The model ID as the client sent it (for the log), and the catalog ID once known.
     pub(super) model: Option<String>,
     pub(super) model_label: Option<String>,
+    /// The catalog ID of the model whose upstream answered: the one asked for, or a
+    /// fallback.
+    pub(super) served_model: Option<String>,
     /// The upstream called last.
     pub(super) called: Called,
     pub(super) stream: bool,
@@ -50,6 +53,7 @@ impl RequestContext {
             key: None,
             model: None,
             model_label: None,
+            served_model: None,
             called: Called::default(),
             stream: false,
             status: 0,

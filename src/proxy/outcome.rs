@@ -99,6 +99,13 @@ pub(super) fn log_request(
         .request_duration
         .with_label_values(&[model_label])
         .observe(duration.as_secs_f64());
+    let served_model = ctx.served_model.as_deref();
+    if let Some(served) = served_model.filter(|served| *served != model_label) {
+        metrics
+            .model_fallbacks
+            .with_label_values(&[model_label, served])
+            .inc();
+    }
     metrics.overhead.observe(
         duration
             .saturating_sub(ctx.exchange.upstream_wait)
@@ -139,6 +146,7 @@ pub(super) fn log_request(
             .model
             .as_deref()
             .map(|m| bounded(m, MAX_LOGGED_MODEL_BYTES)),
+        served_model,
         upstream: ctx.called.upstream.as_deref(),
         upstream_url: ctx.called.url.as_deref(),
         status,

@@ -53,6 +53,7 @@ impl Proxy {
             stored: Some(stored),
             rewrites_ids: true,
             inject_usage: false,
+            fallbacks: Vec::new(),
         };
         self.deliver(session, ctx, catalog, destination).await
     }

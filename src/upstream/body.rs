@@ -14,6 +14,7 @@ use std::sync::Arc;
 const SPOOL_CHUNK_BYTES: usize = 256 << 10;
 
 /// The body a request came with.
+#[derive(Clone)]
 pub enum RequestBody<'a> {
     /// None (a stored response's GET or DELETE).
     Empty,

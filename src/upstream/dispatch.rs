@@ -1,11 +1,13 @@
 //! The one entry of the upstream half: deliver a request to one of its model's targets,
-//! sending it again where that is safe (`verdict.rs` decides), and report how it went.
+//! sending it again after a failure its upstream's `retry_on` names (`verdict.rs` decides),
+//! and report how it went: delivered, refused, or not served by this model at all (so a
+//! fallback model may take it).
 
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
-use super::request::{request_header, upstream_path};
-use super::verdict::{verdict, AfterCut, Next, On429, Outcome};
+use super::request::{request_header, upstream_path, upstream_target};
+use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::Upstreams;
 use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
@@ -32,12 +34,18 @@ pub struct Dispatch<'a> {
     /// A stream whose client did not ask for usage: targets whose `stream_usage` is
     /// `inject` are asked for it, and it is taken out of what the client receives.
     pub inject_usage: bool,
+    /// The model is a fallback: the body names it in place of the model the client asked
+    /// for (unless a target knows it by another name).
+    pub renames_model: bool,
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: Vec<(&'static str, String)>,
     pub retry_attempts: u32,
     pub retry_backoff: Duration,
+    /// A fallback model follows this one: an answer `retry_on` names is held back even
+    /// when no other target is left, and the delivery ends [`Delivery::Unserved`].
+    pub fallback_follows: bool,
 }
 
 /// A stored response a request names (the Responses API).
@@ -58,6 +66,10 @@ pub enum Delivery {
     Delivered,
     /// Nothing was sent to the client: answer with this error.
     Refused(RequestError),
+    /// Nothing was sent to the client, and the model could not serve the request: no
+    /// target was available, its queue was full, or every try failed in a way `retry_on`
+    /// names. A fallback model may take it; if none does, this error is the answer.
+    Unserved(RequestError),
     /// The response had started and was ended as well as it could be.
     Cut { error: RequestError, then: AfterCut },
     /// The client went away; the upstream request was abandoned.
@@ -129,16 +141,20 @@ async fn attempts(
         let index = match picked {
             Ok(index) => index,
             Err(retry_after) => {
-                return Delivery::Refused(RequestError::NoHealthyUpstream { retry_after })
+                return Delivery::Unserved(RequestError::NoHealthyUpstream { retry_after })
             }
         };
         let target = &model.targets[index];
         let upstream = &target.upstream;
         let previous = dispatch.stored.as_ref().filter(|s| s.in_body);
+        let name = target
+            .upstream_model
+            .as_deref()
+            .or(dispatch.renames_model.then_some(model.id.as_str()));
         let inject_usage =
             dispatch.inject_usage && upstream.policy.stream_usage == StreamUsage::Inject;
         let body = dispatch.body.for_target(Edits {
-            model: target.upstream_model.as_deref(),
+            model: name,
             previous_response: previous.map(|s| s.upstream_id.as_str()),
             include_usage: inject_usage,
         });
@@ -147,11 +163,11 @@ async fn attempts(
             url: Some(format!(
                 "{}{}",
                 upstream.origin,
-                upstream_path(upstream, &dispatch.path, None)
+                upstream_path(upstream, &dispatch.path)
             )),
         };
         let query = session.req_header().uri.query();
-        let path = upstream_path(upstream, &dispatch.path, query);
+        let path = upstream_target(upstream, &dispatch.path, query);
         let header = match request_header(
             session.req_header(),
             upstream,
@@ -177,7 +193,7 @@ async fn attempts(
         };
         let slot = match acquired {
             Ok(slot) => slot,
-            Err(error) => return Delivery::Refused(error),
+            Err(error) => return Delivery::Unserved(error),
         };
         if slot.permit.is_some() {
             metrics
@@ -191,12 +207,12 @@ async fn attempts(
                 .upstream_in_flight
                 .with_label_values(&[&upstream.name]),
         );
-        let may_resend = resends < dispatch.retry_attempts;
+        // A stored response lives on this target only: it never moves.
         let movable = dispatch.stored.is_none();
-        let on_429 = if movable && may_resend && another_available(model, upstreams, &[index]) {
-            On429::HandBack
-        } else {
-            On429::Relay
+        let onward = Onward {
+            resend: movable && resends < dispatch.retry_attempts,
+            other_target: movable && another_available(model, upstreams, &[index]),
+            fallback: movable && dispatch.fallback_follows,
         };
         let call = Call {
             upstream,
@@ -204,7 +220,7 @@ async fn attempts(
             body,
             request_started: dispatch.request_started,
             response_headers: &dispatch.response_headers,
-            on_429,
+            onward,
             strip_usage: inject_usage,
             request_id: dispatch.request_id,
             rewrite: dispatch.rewrites_ids.then(|| {
@@ -223,10 +239,11 @@ async fn attempts(
         drop((slot, in_flight));
 
         count_error(metrics, upstream, &outcome);
-        let (effect, next) = verdict(&outcome, may_resend);
+        let (effect, next) = verdict(&outcome, &upstream.policy.retry_on, onward);
         upstreams.record(upstream, effect, metrics, Some(dispatch.request_id));
         let reason = match next {
             Next::Return => return delivery(outcome),
+            Next::Fallback => return Delivery::Unserved(unserved(outcome)),
             Next::Resend(reason) => reason,
         };
         metrics
@@ -246,8 +263,21 @@ fn delivery(outcome: Outcome) -> Delivery {
         Outcome::Failed { error, .. } => Delivery::Refused(error),
         Outcome::Cut { error, then } => Delivery::Cut { error, then },
         Outcome::ClientGone(e) => Delivery::ClientGone(e),
-        // Never returned: a handed-back 429 is always sent again.
-        Outcome::Throttled { .. } => Delivery::Refused(RequestError::Internal),
+        // Never returned: a handed-back answer always goes somewhere.
+        Outcome::HandedBack { .. } => Delivery::Refused(RequestError::Internal),
+    }
+}
+
+/// The error of an attempt after which the model gave up, for the answer if no fallback
+/// model serves. A held-back answer was the upstream's; with none left to take the
+/// request, the model had no target for it.
+fn unserved(outcome: Outcome) -> RequestError {
+    match outcome {
+        Outcome::Failed { error, .. } => error,
+        Outcome::HandedBack { retry_after, .. } => RequestError::NoHealthyUpstream {
+            retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+        },
+        _ => RequestError::Internal,
     }
 }
 

@@ -5,8 +5,9 @@
 //! at 64 KiB). Doing it here also puts the failure rules in one place: a pooled connection
 //! the upstream closed is found out before the request goes on it, one that fails while the
 //! request is written is replaced by a fresh one (nothing can have been processed), an
-//! answer that comes before the whole request went out is relayed, timeouts are ours, a 429
-//! can be handed back unrelayed so another target takes the request, and a stream cut after
+//! answer that comes before the whole request went out is relayed, timeouts are ours, an
+//! answer whose status `retry_on` names (a 429, a 503) can be handed back unrelayed so
+//! another target or a fallback model takes the request, and a stream cut after
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
 //! event.
 
@@ -15,7 +16,8 @@ use super::error_record::UpstreamErrorRecord;
 use super::relay::{read_whole, relay_body, Edit, Passing, Reading};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
-    failure_of, read_failure, send_failed, Connection, EarlyFailure, On429, Outcome, Reached,
+    failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Onward, Outcome,
+    Reached,
 };
 use super::Upstreams;
 use crate::catalog::Upstream;
@@ -63,7 +65,9 @@ pub struct Call<'a> {
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: &'a [(&'static str, String)],
-    pub on_429: On429,
+    /// Where the request may go if the answer is one `retry_on` names (then it is held
+    /// back from the client).
+    pub onward: Onward,
     /// The gateway asked for the usage chunk: a stream gets it taken out again.
     pub strip_usage: bool,
     /// For the diagnostic log lines about this request.
@@ -158,10 +162,13 @@ pub(super) async fn exchange(
         let header = |name: &str| response.headers.get(name).and_then(|v| v.to_str().ok());
         let now = std::time::SystemTime::now();
         retry_after = upstream_retry_after(header("retry-after-ms"), header("retry-after"), now);
-        if call.on_429 == On429::HandBack {
-            connection.shutdown().await;
-            return Outcome::Throttled { retry_after };
-        }
+    }
+    if hands_back(status, &upstream.policy.retry_on, call.onward) {
+        connection.shutdown().await;
+        return Outcome::HandedBack {
+            status,
+            retry_after,
+        };
     }
     let gateway_ms = (sent_at - call.request_started).as_secs_f64() * 1000.0;
     let timing = format!(

@@ -1,7 +1,8 @@
-//! What crosses to an upstream: the request header we send (credential injected, client
-//! credentials and hop-by-hop fields removed, the client's address appended to
-//! `X-Forwarded-For`). [`authorize`] is the one place an upstream credential leaves its
-//! `Secret`. The way back is `response.rs`.
+//! What crosses to an upstream: the request header we send (credential injected in the
+//! provider's style, its configured headers and query parameters added, client credentials
+//! and hop-by-hop fields removed, the client's address appended to `X-Forwarded-For`).
+//! [`authorize`] is the one place an upstream credential leaves its `Secret`. The way back
+//! is `response.rs`.
 
 use crate::catalog::Upstream;
 use http::header;
@@ -30,11 +31,35 @@ const NOT_FORWARDED_UP: [&str; 16] = [
     "x-forwarded-for",
 ];
 
-/// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL.
-pub fn upstream_path(upstream: &Upstream, route: &str, query: Option<&str>) -> String {
-    match query {
-        Some(q) => format!("{}{route}?{q}", upstream.base_path),
-        None => format!("{}{route}", upstream.base_path),
+/// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL, without
+/// a query string (for the access log).
+pub fn upstream_path(upstream: &Upstream, route: &str) -> String {
+    format!("{}{route}", upstream.base_path)
+}
+
+/// The path and query sent upstream: the upstream's `query` parameters first, then the
+/// client's, less any the upstream's configuration sets (the operator's `api-version` wins).
+pub fn upstream_target(upstream: &Upstream, route: &str, client_query: Option<&str>) -> String {
+    let configured = upstream.style.query.as_str();
+    let set_here = |pair: &str| {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        configured
+            .split('&')
+            .any(|ours| ours.split_once('=').is_some_and(|(n, _)| n == name))
+    };
+    let client = client_query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|pair| !pair.is_empty() && (configured.is_empty() || !set_here(pair)));
+    let query: Vec<&str> = std::iter::once(configured)
+        .filter(|q| !q.is_empty())
+        .chain(client)
+        .collect();
+    let path = upstream_path(upstream, route);
+    if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", query.join("&"))
     }
 }
 
@@ -58,6 +83,7 @@ pub fn request_header(
         let lower = name.as_str();
         if NOT_FORWARDED_UP.contains(&lower)
             || lower == "x-request-id"
+            || *name == upstream.style.auth_header
             || named_by_connection.iter().any(|t| t == lower)
         {
             continue;
@@ -70,17 +96,26 @@ pub fn request_header(
     if let Some(forwarded_for) = forwarded_for(client, client_address) {
         header.insert_header("x-forwarded-for", forwarded_for)?;
     }
-    authorize(&mut header, upstream)?;
+    provider_fields(&mut header, upstream)?;
     Ok(header)
 }
 
 /// The `GET` an active health check sends to `{url}/models`.
 pub fn check_header(upstream: &Upstream) -> Result<RequestHeader> {
-    let path = upstream_path(upstream, "/models", None);
+    let path = upstream_target(upstream, "/models", None);
     let mut header = RequestHeader::build("GET", path.as_bytes(), Some(3))?;
     header.insert_header(header::HOST, upstream.host_header.as_str())?;
-    authorize(&mut header, upstream)?;
+    provider_fields(&mut header, upstream)?;
     Ok(header)
+}
+
+/// The upstream's configured `headers` (in place of any the client sent), then its
+/// credential.
+fn provider_fields(header: &mut RequestHeader, upstream: &Upstream) -> Result<()> {
+    for (name, value) in &upstream.style.headers {
+        header.insert_header(name.clone(), value.clone())?;
+    }
+    authorize(header, upstream)
 }
 
 /// The client's `X-Forwarded-For` chain with the address the gateway saw appended.
@@ -97,14 +132,26 @@ fn forwarded_for(client: &RequestHeader, address: Option<&str>) -> Option<String
     (!chain.is_empty()).then(|| chain.join(", "))
 }
 
-/// Adds the upstream's credential, when it has one: the only place it is exposed.
+/// Adds the upstream's credential, when it has one, in its `auth_header` after its
+/// `auth_scheme`: the only place it is exposed.
 fn authorize(header: &mut RequestHeader, upstream: &Upstream) -> Result<()> {
-    if let Some(credential) = &upstream.credential {
-        header.insert_header(
-            header::AUTHORIZATION,
-            format!("Bearer {}", credential.expose()),
-        )?;
-    }
+    let Some(credential) = &upstream.credential else {
+        return Ok(());
+    };
+    let style = &upstream.style;
+    let value = if style.auth_scheme.is_empty() {
+        credential.expose().to_owned()
+    } else {
+        format!("{} {}", style.auth_scheme, credential.expose())
+    };
+    let mut value = http::HeaderValue::try_from(value).map_err(|_| {
+        pingora::Error::explain(
+            pingora::ErrorType::InternalError,
+            "the upstream credential is not a valid header value",
+        )
+    })?;
+    value.set_sensitive(true);
+    header.insert_header(style.auth_header.clone(), value)?;
     Ok(())
 }
 
@@ -194,5 +241,79 @@ mod tests {
             without_credential.headers.get("authorization").is_none(),
             "the client's key never goes upstream"
         );
+    }
+
+    fn styled(yaml_style: crate::config::ProviderStyle) -> Upstream {
+        let mut upstream = upstream(Some("upstream-secret"));
+        upstream.style = yaml_style;
+        upstream
+    }
+
+    #[test]
+    fn the_credential_goes_in_the_providers_header_and_scheme() {
+        use crate::config::ProviderStyle;
+        let mut client = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        client.append_header("x-team", "client-value").unwrap();
+        let azure = styled(ProviderStyle {
+            auth_header: http::HeaderName::from_static("api-key"),
+            auth_scheme: String::new(),
+            headers: vec![(
+                http::HeaderName::from_static("x-team"),
+                http::HeaderValue::from_static("configured"),
+            )],
+            query: "api-version=2024-06-01".into(),
+        });
+        let sent = request_header(&client, &azure, "/p", "rid", 0, None).unwrap();
+        let get = |n: &str| sent.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(
+            get("api-key").as_deref(),
+            Some("upstream-secret"),
+            "a bare key"
+        );
+        assert_eq!(
+            get("authorization"),
+            None,
+            "no Authorization beside api-key"
+        );
+        assert_eq!(
+            get("x-team").as_deref(),
+            Some("configured"),
+            "a configured header replaces the client's"
+        );
+        let check = check_header(&azure).unwrap();
+        assert_eq!(check.uri.to_string(), "/v1/models?api-version=2024-06-01");
+        assert!(
+            check.headers.get("api-key").is_some(),
+            "checks are authorized too"
+        );
+
+        let x_api_key = styled(ProviderStyle {
+            auth_header: http::HeaderName::from_static("x-api-key"),
+            auth_scheme: "Token".into(),
+            ..ProviderStyle::default()
+        });
+        let sent = request_header(&client, &x_api_key, "/p", "rid", 0, None).unwrap();
+        assert_eq!(
+            sent.headers.get("x-api-key").unwrap(),
+            "Token upstream-secret"
+        );
+    }
+
+    #[test]
+    fn configured_query_parameters_come_first_and_win() {
+        let mut azure = upstream(None);
+        azure.style.query = "api-version=2024-06-01".into();
+        assert_eq!(
+            upstream_target(&azure, "/chat/completions", None),
+            "/v1/chat/completions?api-version=2024-06-01"
+        );
+        assert_eq!(
+            upstream_target(&azure, "/x", Some("api-version=old&trace=1")),
+            "/v1/x?api-version=2024-06-01&trace=1",
+            "the operator's api-version wins; the client's other parameters pass"
+        );
+        let plain = upstream(None);
+        assert_eq!(upstream_target(&plain, "/x", Some("a=1")), "/v1/x?a=1");
+        assert_eq!(upstream_target(&plain, "/x", None), "/v1/x");
     }
 }

@@ -1,15 +1,18 @@
 //! The decisions of the upstream path, as pure functions over plain data so every case has a
-//! unit test: what a failed send or read means, and, once an attempt is over, what it does
-//! to the upstream's health and whether the request goes out again.
+//! unit test: what a failed send or read means, which answers are held back from the client,
+//! and, once an attempt is over, what it does to the upstream's health and whether the
+//! request goes out again, to another target or to a fallback model.
 //!
-//! The rule they keep: a request is sent again only when it provably was not processed. No
-//! connection could be opened, a reused pooled connection failed while the request was
-//! being written (so the upstream never had all of it), or the upstream answered 429 while
-//! another target was free. Once the whole request went out, a failure to read the answer
-//! (a close, a reset, a timeout) is never resent: the upstream may have held it and worked
-//! on it. A 500, a 401/403, or anything after the response started, never is either.
-
+//! The rule they keep: a request goes out again only after a failure the upstream's
+//! `retry_on` names, and only before anything of an answer reached the client. By default
+//! those are failures where the request provably was not processed: no connection could be
+//! opened, or the upstream answered 429 or 503. A reused pooled connection that failed
+//! while the request was being written is replaced at once whatever `retry_on` says (the
+//! upstream never had all of it). An operator may add 500, 502, 504 and
+//! `first_byte_timeout`, accepting that such a request may be processed twice. A 401/403,
+//! or anything after the response started, never goes out again.
 use super::health::HealthEffect;
+use crate::config::RetryOn;
 use crate::error::RequestError;
 use pingora::{Error, ErrorType};
 use std::time::Duration;
@@ -32,13 +35,25 @@ pub enum AfterCut {
     Close,
 }
 
-/// What to do with an upstream 429 when it arrives.
+/// Where a request may go if an attempt fails in a way its upstream's `retry_on` names;
+/// decided before the attempt, so the answer's fate and the verdict agree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum On429 {
-    /// Relay it to the client with its `Retry-After`.
-    Relay,
-    /// Hand it back unrelayed: another target is free and a resend remains.
-    HandBack,
+pub struct Onward {
+    /// A resend remains within `retry_attempts`, and the request is not bound to one target
+    /// (a stored response).
+    pub resend: bool,
+    /// Another target of the model, not the one this attempt goes to, takes requests now.
+    pub other_target: bool,
+    /// A fallback model follows this one.
+    pub fallback: bool,
+}
+
+impl Onward {
+    /// Whether a failure other than a connect failure may go somewhere: to another target
+    /// (the same one would likely fail the same way), or to a fallback model.
+    fn elsewhere(self) -> bool {
+        (self.resend && self.other_target) || self.fallback
+    }
 }
 
 /// How one attempt at one target ended.
@@ -49,8 +64,11 @@ pub enum Outcome {
         status: u16,
         retry_after: Option<Duration>,
     },
-    /// The upstream answered 429 and, as allowed, nothing was relayed.
-    Throttled { retry_after: Option<Duration> },
+    /// The upstream answered with a `retry_on` status and, as allowed, nothing was relayed.
+    HandedBack {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     /// Nothing reached the client.
     Failed {
         error: RequestError,
@@ -62,46 +80,90 @@ pub enum Outcome {
     ClientGone(Box<Error>),
 }
 
-/// After an attempt: return its outcome, or send the request again.
+/// After an attempt: return its outcome, send the request again, or give up on this model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     Return,
     /// Again, for this reason (the `reason` label of `sluice_upstream_retries_total`).
     Resend(&'static str),
+    /// The model could not serve it (a `retry_on` failure with no other target left): the
+    /// next fallback model takes the request.
+    Fallback,
 }
 
 /// The `reason` of a resend after no connection could be opened.
 pub const CONNECT_FAILED: &str = "connect_failed";
 /// The `reason` of a resend after a handed-back 429.
 pub const RATE_LIMITED: &str = "rate_limited";
+/// Every `reason` of `sluice_upstream_retries_total`.
+pub const RESEND_REASONS: [&str; 7] = [
+    CONNECT_FAILED,
+    RATE_LIMITED,
+    "status_500",
+    "status_502",
+    "status_503",
+    "status_504",
+    "first_byte_timeout",
+];
+
+/// The `reason` label of a resend after `failure`.
+fn reason(failure: RetryOn) -> &'static str {
+    match failure {
+        RetryOn::ConnectFailure => CONNECT_FAILED,
+        RetryOn::FirstByteTimeout => "first_byte_timeout",
+        RetryOn::Status(429) => RATE_LIMITED,
+        RetryOn::Status(500) => "status_500",
+        RetryOn::Status(502) => "status_502",
+        RetryOn::Status(504) => "status_504",
+        RetryOn::Status(_) => "status_503",
+    }
+}
+
+/// Whether an answer with `status` is held back from the client, so that another target
+/// or a fallback model takes the request: `retry_on` names the status and there is
+/// somewhere to go. Otherwise it is relayed as it is.
+pub fn hands_back(status: u16, retry_on: &[RetryOn], onward: Onward) -> bool {
+    retry_on.contains(&RetryOn::Status(status)) && onward.elsewhere()
+}
+
+/// The `retry_on` failure an outcome is, if it is one of the failures `retry_on` can name.
+fn failure(outcome: &Outcome) -> Option<RetryOn> {
+    match outcome {
+        Outcome::Failed {
+            reached: Reached::No,
+            ..
+        } => Some(RetryOn::ConnectFailure),
+        Outcome::Failed {
+            error: RequestError::UpstreamTimeout,
+            reached: Reached::Maybe,
+        } => Some(RetryOn::FirstByteTimeout),
+        Outcome::HandedBack { status, .. } => Some(RetryOn::Status(*status)),
+        _ => None,
+    }
+}
 
 /// What an attempt's outcome does to the upstream's health, and what happens next.
-/// `may_resend`: a resend remains within `retry_attempts`.
 ///
 /// Only signs that the upstream itself is unwell count as failures toward ejection: no
 /// connection, no answer in time, an answer that is not HTTP, a 502/503/504. One tenant's
 /// request that makes a backend answer 500, or stall or break after its answer started,
 /// must not take the upstream out for everyone: those count in metrics only.
-pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
-    match outcome {
+pub fn verdict(outcome: &Outcome, retry_on: &[RetryOn], onward: Onward) -> (HealthEffect, Next) {
+    let effect = match outcome {
         Outcome::Answered {
             status,
             retry_after,
-        } => {
-            let effect = match status {
-                502..=504 => HealthEffect::Failure,
-                429 => HealthEffect::CoolDown(*retry_after),
-                // Not proof of health either: leave the count of failures as it is.
-                500..=599 => HealthEffect::Unchanged,
-                _ => HealthEffect::Success,
-            };
-            (effect, Next::Return)
         }
-        // Only handed back when a resend was allowed.
-        Outcome::Throttled { retry_after } => (
-            HealthEffect::CoolDown(*retry_after),
-            Next::Resend(RATE_LIMITED),
-        ),
+        | Outcome::HandedBack {
+            status,
+            retry_after,
+        } => match status {
+            502..=504 => HealthEffect::Failure,
+            429 => HealthEffect::CoolDown(*retry_after),
+            // Not proof of health either: leave the count of failures as it is.
+            500..=599 => HealthEffect::Unchanged,
+            _ => HealthEffect::Success,
+        },
         Outcome::Failed { error, reached } => {
             let unwell = *reached == Reached::No
                 || matches!(
@@ -110,21 +172,41 @@ pub fn verdict(outcome: &Outcome, may_resend: bool) -> (HealthEffect, Next) {
                 );
             // A refused credential is our configuration; a connection closed after the
             // request went out may be that request's doing (a prompt that crashes it).
-            let effect = if unwell {
+            if unwell {
                 HealthEffect::Failure
             } else {
                 HealthEffect::Unchanged
+            }
+        }
+        Outcome::Cut { .. } | Outcome::ClientGone(_) => HealthEffect::Unchanged,
+    };
+    let next = match failure(outcome) {
+        // A handed-back answer never reaches the client: it always goes somewhere.
+        Some(failure @ RetryOn::Status(_)) => {
+            if onward.resend && onward.other_target {
+                Next::Resend(reason(failure))
+            } else {
+                Next::Fallback
+            }
+        }
+        Some(failure) if retry_on.contains(&failure) => {
+            // Nothing was sent on a connection that never opened: any target may take it,
+            // this one again included (a single-target model retries its target).
+            let resend = match failure {
+                RetryOn::ConnectFailure => onward.resend,
+                _ => onward.resend && onward.other_target,
             };
-            let next = if *reached == Reached::No && may_resend {
-                Next::Resend(CONNECT_FAILED)
+            if resend {
+                Next::Resend(reason(failure))
+            } else if onward.fallback {
+                Next::Fallback
             } else {
                 Next::Return
-            };
-            (effect, next)
+            }
         }
-        Outcome::Cut { .. } => (HealthEffect::Unchanged, Next::Return),
-        Outcome::ClientGone(_) => (HealthEffect::Unchanged, Next::Return),
-    }
+        _ => Next::Return,
+    };
+    (effect, next)
 }
 
 /// How a connection was taken for an attempt.
@@ -178,97 +260,240 @@ pub fn failure_of(error: &Error) -> RequestError {
 mod tests {
     use super::*;
 
+    const DEFAULT: [RetryOn; 3] = RetryOn::DEFAULT;
+    /// Another target is free and a resend remains; no fallback.
+    const ELSEWHERE: Onward = Onward {
+        resend: true,
+        other_target: true,
+        fallback: false,
+    };
+    /// Nothing else: the last attempt at the last model.
+    const NOWHERE: Onward = Onward {
+        resend: false,
+        other_target: false,
+        fallback: false,
+    };
+    /// No other target or resend left, but a fallback model follows.
+    const FALLBACK: Onward = Onward {
+        resend: false,
+        other_target: false,
+        fallback: true,
+    };
+
     fn failed(error: RequestError, reached: Reached) -> Outcome {
         Outcome::Failed { error, reached }
+    }
+
+    fn answered(status: u16) -> Outcome {
+        Outcome::Answered {
+            status,
+            retry_after: None,
+        }
+    }
+
+    fn handed_back(status: u16) -> Outcome {
+        Outcome::HandedBack {
+            status,
+            retry_after: None,
+        }
     }
 
     #[test]
     fn a_connect_failure_is_resent_while_attempts_remain() {
         let outcome = failed(RequestError::UpstreamUnavailable, Reached::No);
+        let single_target = Onward {
+            other_target: false,
+            ..ELSEWHERE
+        };
         assert_eq!(
-            verdict(&outcome, true),
-            (HealthEffect::Failure, Next::Resend(CONNECT_FAILED))
+            verdict(&outcome, &DEFAULT, single_target),
+            (HealthEffect::Failure, Next::Resend(CONNECT_FAILED)),
+            "nothing was sent: even the same target may take it again"
         );
         assert_eq!(
-            verdict(&outcome, false),
+            verdict(&outcome, &DEFAULT, NOWHERE),
             (HealthEffect::Failure, Next::Return),
             "attempts exhausted: the error goes to the client"
+        );
+        assert_eq!(
+            verdict(&outcome, &DEFAULT, FALLBACK),
+            (HealthEffect::Failure, Next::Fallback),
+            "attempts exhausted: the fallback model takes it"
+        );
+        assert_eq!(
+            verdict(&outcome, &[RetryOn::Status(503)], ELSEWHERE),
+            (HealthEffect::Failure, Next::Return),
+            "a retry_on without connect_failure sends nothing again"
         );
     }
 
     #[test]
-    fn a_request_that_may_have_been_processed_is_never_resent() {
+    fn a_request_that_may_have_been_processed_is_never_resent_by_default() {
         for (error, effect) in [
             (RequestError::UpstreamTimeout, HealthEffect::Failure),
             (RequestError::UpstreamProtocolError, HealthEffect::Failure),
             // Closed after the request went out: maybe that request's doing.
             (RequestError::UpstreamUnavailable, HealthEffect::Unchanged),
+            (RequestError::UpstreamClosed, HealthEffect::Unchanged),
         ] {
             let outcome = failed(error.clone(), Reached::Maybe);
-            assert_eq!(
-                verdict(&outcome, true),
-                (effect, Next::Return),
-                "{error:?}: sent once, never again"
+            for onward in [ELSEWHERE, FALLBACK] {
+                assert_eq!(
+                    verdict(&outcome, &DEFAULT, onward),
+                    (effect, Next::Return),
+                    "{error:?}: sent once, never again, not even to a fallback"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_first_byte_timeout_moves_the_request_only_when_opted_in() {
+        let outcome = failed(RequestError::UpstreamTimeout, Reached::Maybe);
+        let opted_in = [RetryOn::FirstByteTimeout];
+        assert_eq!(
+            verdict(&outcome, &opted_in, ELSEWHERE),
+            (HealthEffect::Failure, Next::Resend("first_byte_timeout"))
+        );
+        assert_eq!(
+            verdict(&outcome, &opted_in, FALLBACK),
+            (HealthEffect::Failure, Next::Fallback)
+        );
+        let single_target = Onward {
+            other_target: false,
+            ..ELSEWHERE
+        };
+        assert_eq!(
+            verdict(&outcome, &opted_in, single_target),
+            (HealthEffect::Failure, Next::Return),
+            "never again to the target that just timed out"
+        );
+    }
+
+    #[test]
+    fn default_statuses_are_held_back_only_when_there_is_somewhere_to_go() {
+        for status in [429, 503] {
+            assert!(hands_back(status, &DEFAULT, ELSEWHERE), "{status}");
+            assert!(hands_back(status, &DEFAULT, FALLBACK), "{status}");
+            assert!(
+                !hands_back(status, &DEFAULT, NOWHERE),
+                "{status}: nowhere else, so the client gets it"
+            );
+            let spent = Onward {
+                resend: false,
+                ..ELSEWHERE
+            };
+            assert!(
+                !hands_back(status, &DEFAULT, spent),
+                "{status}: no resend left"
+            );
+        }
+        for status in [200, 400, 401, 500, 502, 504] {
+            assert!(
+                !hands_back(status, &DEFAULT, ELSEWHERE),
+                "{status} is relayed by default: it may have been processed"
             );
         }
     }
 
     #[test]
-    fn a_handed_back_429_cools_the_target_and_goes_elsewhere() {
+    fn opt_in_statuses_are_held_back_when_named() {
+        let opted_in = [
+            RetryOn::Status(500),
+            RetryOn::Status(502),
+            RetryOn::Status(504),
+        ];
+        for status in [500, 502, 504] {
+            assert!(hands_back(status, &opted_in, ELSEWHERE), "{status}");
+        }
+        assert!(
+            !hands_back(503, &opted_in, ELSEWHERE),
+            "a list written replaces the default"
+        );
+    }
+
+    #[test]
+    fn a_handed_back_answer_goes_to_another_target_or_the_fallback() {
         let wait = Some(Duration::from_secs(2));
+        let throttled = Outcome::HandedBack {
+            status: 429,
+            retry_after: wait,
+        };
         assert_eq!(
-            verdict(&Outcome::Throttled { retry_after: wait }, true),
+            verdict(&throttled, &DEFAULT, ELSEWHERE),
             (HealthEffect::CoolDown(wait), Next::Resend(RATE_LIMITED))
+        );
+        assert_eq!(
+            verdict(&handed_back(503), &DEFAULT, ELSEWHERE),
+            (HealthEffect::Failure, Next::Resend("status_503"))
+        );
+        assert_eq!(
+            verdict(&handed_back(503), &DEFAULT, FALLBACK),
+            (HealthEffect::Failure, Next::Fallback)
+        );
+        assert_eq!(
+            verdict(&handed_back(500), &[RetryOn::Status(500)], ELSEWHERE),
+            (HealthEffect::Unchanged, Next::Resend("status_500")),
+            "a 500 moves the request when opted in, and still ejects nothing"
         );
         let relayed = Outcome::Answered {
             status: 429,
             retry_after: wait,
         };
         assert_eq!(
-            verdict(&relayed, true),
+            verdict(&relayed, &DEFAULT, ELSEWHERE),
             (HealthEffect::CoolDown(wait), Next::Return),
-            "a relayed 429 still cools the target down"
+            "a relayed 429 still cools the target down, and is never sent again"
         );
     }
 
     #[test]
     fn answers_count_for_health_by_status() {
-        let answered = |status| Outcome::Answered {
-            status,
-            retry_after: None,
-        };
         for status in [502, 503, 504] {
             assert_eq!(
-                verdict(&answered(status), true),
+                verdict(&answered(status), &DEFAULT, ELSEWHERE),
                 (HealthEffect::Failure, Next::Return),
                 "{status} says the upstream itself is unwell"
             );
         }
         assert_eq!(
-            verdict(&answered(500), true),
+            verdict(&answered(500), &DEFAULT, ELSEWHERE),
             (HealthEffect::Unchanged, Next::Return),
             "a 500 may be one request's doing: it never ejects the upstream for everyone"
         );
         for status in [200, 400, 404, 413, 422] {
             assert_eq!(
-                verdict(&answered(status), true),
+                verdict(&answered(status), &DEFAULT, ELSEWHERE),
                 (HealthEffect::Success, Next::Return)
             );
         }
     }
 
     #[test]
-    fn a_refused_credential_and_a_departed_client_leave_health_alone() {
+    fn a_refused_credential_a_departed_client_and_a_cut_stream_stay_where_they_are() {
+        let all = [
+            RetryOn::ConnectFailure,
+            RetryOn::FirstByteTimeout,
+            RetryOn::Status(500),
+            RetryOn::Status(502),
+            RetryOn::Status(503),
+            RetryOn::Status(504),
+        ];
+        let everywhere = Onward {
+            fallback: true,
+            ..ELSEWHERE
+        };
         assert_eq!(
             verdict(
                 &failed(RequestError::UpstreamAuthFailed, Reached::Maybe),
-                true
+                &all,
+                everywhere
             ),
             (HealthEffect::Unchanged, Next::Return)
         );
         let gone = Outcome::ClientGone(Error::new(ErrorType::ConnectionClosed));
         assert_eq!(
-            verdict(&gone, true),
+            verdict(&gone, &all, everywhere),
             (HealthEffect::Unchanged, Next::Return)
         );
         let cut = Outcome::Cut {
@@ -276,9 +501,9 @@ mod tests {
             then: AfterCut::KeepAlive,
         };
         assert_eq!(
-            verdict(&cut, true),
+            verdict(&cut, &all, everywhere),
             (HealthEffect::Unchanged, Next::Return),
-            "a stall after the answer started is one request's fate, not the upstream's"
+            "once the answer started nothing is sent again, whatever retry_on says"
         );
     }
 
