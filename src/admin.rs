@@ -38,7 +38,19 @@ impl Admin {
         } else {
             "ready"
         };
-        let body = serde_json::json!({"status": status, "generation": self.gateway.catalog().generation, "upstreams": upstreams});
+        // The shared limits store's state, for people: a store that is down does not make
+        // the gateway unready (on_error decides what admission does meanwhile).
+        let limits_store = self.gateway.limits_store.as_ref().map(|store| {
+            serde_json::json!({
+                "state": if store.is_up() { "up" } else { "down" },
+                "on_error": match store.config.on_error {
+                    crate::config::OnStoreError::Local => "local",
+                    crate::config::OnStoreError::Open => "open",
+                    crate::config::OnStoreError::Closed => "closed",
+                },
+            })
+        });
+        let body = serde_json::json!({"status": status, "generation": self.gateway.catalog().generation, "upstreams": upstreams, "limits_store": limits_store});
         Bytes::from(body.to_string())
     }
 

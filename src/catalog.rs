@@ -105,6 +105,33 @@ impl Inactive {
 }
 
 impl Key {
+    /// This key with each limit divided by `replicas` (rounded up, at least 1): what one
+    /// replica enforces alone while the shared limits store is down.
+    pub fn divided(&self, replicas: NonZeroU32) -> Key {
+        let n = replicas.get();
+        let part = |limit: Option<NonZeroU32>| {
+            limit.map(|l| NonZeroU32::new(l.get().div_ceil(n)).unwrap_or(NonZeroU32::MIN))
+        };
+        let part64 = |limit: Option<NonZeroU64>| {
+            limit.map(|l| NonZeroU64::new(l.get().div_ceil(u64::from(n))).unwrap_or(NonZeroU64::MIN))
+        };
+        Key {
+            name: self.name.clone(),
+            disabled: self.disabled,
+            not_before_unix_ms: self.not_before_unix_ms,
+            expires_at_unix_ms: self.expires_at_unix_ms,
+            owner: None,
+            labels: BTreeMap::new(),
+            models: None,
+            patterns: None,
+            requests_per_minute: part(self.requests_per_minute),
+            burst: part(self.burst),
+            max_concurrent: part(self.max_concurrent),
+            tokens_per_minute: part64(self.tokens_per_minute),
+            tokens_per_day: part64(self.tokens_per_day),
+        }
+    }
+
     /// Why the key may not be used now, if it may not. The wall clock is read only for a
     /// key that has a validity window. A disabled key is reported as disabled whatever its
     /// dates: that is what an operator must undo first.
@@ -148,6 +175,8 @@ pub struct Catalog {
     pub client_timeout: Duration,
     pub retry_attempts: u32,
     pub retry_backoff: Duration,
+    /// The shared limits store as configured (used from the start; a change needs a restart).
+    pub limits_store: Option<crate::config::LimitsStoreConfig>,
     pub upstreams: Vec<Arc<Upstream>>,
     models: Vec<Arc<Model>>,
     model_index: HashMap<String, usize>,
@@ -225,6 +254,7 @@ impl Catalog {
             client_timeout: config.client_timeout,
             retry_attempts: config.retry_attempts,
             retry_backoff: config.retry_backoff,
+            limits_store: config.limits_store.clone(),
             upstreams,
             models,
             model_index,

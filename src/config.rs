@@ -17,6 +17,7 @@ mod provider;
 mod raw;
 mod retry_on;
 mod server;
+mod store;
 mod upstream;
 mod values;
 
@@ -108,6 +109,32 @@ pub struct Config {
     pub metric_labels: Vec<String>,
     /// What a valid configuration probably got wrong, in file order.
     pub warnings: Vec<ConfigWarning>,
+    /// Where limits shared by every replica live; `None`: in this process.
+    pub limits_store: Option<LimitsStoreConfig>,
+}
+
+/// `limits_store`: the Redis (or Valkey) that holds the limits every replica shares.
+#[derive(Debug, Clone)]
+pub struct LimitsStoreConfig {
+    /// `redis://` or `rediss://` (TLS), without a password.
+    pub url: String,
+    pub password: Option<Secret>,
+    /// Longest wait for one call; past it the call counts as failed.
+    pub timeout: Duration,
+    pub on_error: OnStoreError,
+    /// With `on_error: local`, each replica enforces the limits divided by this.
+    pub expected_replicas: NonZeroU32,
+}
+
+/// What admission does while the limits store cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// In-process limits, each divided by `expected_replicas`.
+    Local,
+    /// Admit without limits.
+    Open,
+    /// Refuse with 503 `limits_unavailable`.
+    Closed,
 }
 
 #[derive(Debug, Clone)]
@@ -363,6 +390,7 @@ pub fn parse_with(
         raw.models,
         upstreams_readable.then_some(declared.as_slice()),
     );
+    let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
     let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     let before_keys = errors.list.len();
     let keys = key::keys(
@@ -383,5 +411,7 @@ pub fn parse_with(
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
-    Ok(settings.into_config(upstreams, models, keys, metric_labels, errors.warnings))
+    let mut config = settings.into_config(upstreams, models, keys, metric_labels, errors.warnings);
+    config.limits_store = limits_store;
+    Ok(config)
 }

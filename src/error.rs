@@ -88,6 +88,8 @@ pub enum RequestError {
     Overloaded {
         retry_after: Duration,
     },
+    /// The shared limits store cannot be used and `on_error` is `closed`.
+    LimitsUnavailable,
     UpstreamTimeout,
 }
 
@@ -117,7 +119,10 @@ impl RequestError {
             UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
                 502
             }
-            NoHealthyUpstream { .. } | UpstreamSaturated { .. } | Overloaded { .. } => 503,
+            NoHealthyUpstream { .. }
+            | UpstreamSaturated { .. }
+            | Overloaded { .. }
+            | LimitsUnavailable => 503,
             UpstreamTimeout => 504,
         }
     }
@@ -130,7 +135,7 @@ impl RequestError {
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => {
                 "rate_limit_error"
             }
-            Internal | Overloaded { .. } => "server_error",
+            Internal | Overloaded { .. } | LimitsUnavailable => "server_error",
             UpstreamUnavailable
             | UpstreamClosed
             | UpstreamAuthFailed
@@ -168,6 +173,7 @@ impl RequestError {
             NoHealthyUpstream { .. } => "no_healthy_upstream",
             UpstreamSaturated { .. } => "upstream_saturated",
             Overloaded { .. } => "overloaded",
+            LimitsUnavailable => "limits_unavailable",
             UpstreamTimeout => "upstream_timeout",
         }
     }
@@ -194,6 +200,7 @@ impl RequestError {
             | NoHealthyUpstream { retry_after }
             | UpstreamSaturated { retry_after }
             | Overloaded { retry_after } => Some(*retry_after),
+            LimitsUnavailable => Some(Duration::from_secs(1)),
             _ => None,
         }
     }
@@ -281,6 +288,9 @@ impl RequestError {
             NoHealthyUpstream { .. } => "Every backend of this model is unavailable for now.".into(),
             UpstreamSaturated { .. } => "The model's backend is at capacity.".into(),
             Overloaded { .. } => "The gateway is at capacity or shutting down.".into(),
+            LimitsUnavailable => "The store that holds this gateway's rate limits does not \
+                answer, and the gateway is configured to refuse requests until it does."
+                .into(),
             UpstreamTimeout => "The model's backend did not answer in time.".into(),
         }
     }

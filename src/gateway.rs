@@ -5,7 +5,7 @@
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
-use crate::limits::Limiter;
+use crate::limits::{Limiter, Store};
 use crate::metrics::Metrics;
 use crate::upstream::{Availability, CheckContext, Upstreams};
 use arc_swap::ArcSwap;
@@ -24,6 +24,8 @@ pub struct Gateway {
     pub access_log: AccessLog,
     /// What a key's `expires_at` and `not_before` are compared with, at each request.
     pub wall_clock: Arc<dyn WallClock>,
+    /// Limits shared with every replica (`limits_store`), set from the first catalog.
+    pub limits_store: Option<Arc<Store>>,
     draining: AtomicBool,
 }
 
@@ -33,7 +35,14 @@ impl Gateway {
         declare_series(&metrics, &catalog);
         metrics.config_generation.set(catalog.generation as i64);
         metrics.config_last_success.set(unix_seconds());
+        let limits_store = catalog.limits_store.clone().and_then(|config| {
+            Store::new(config, &metrics)
+                .map_err(|e| log::error!(target: "sluice::limits", error:% = e; "limits store not usable; limits stay in this process"))
+                .ok()
+                .map(Arc::new)
+        });
         Gateway {
+            limits_store,
             catalog: ArcSwap::from_pointee(catalog),
             limiter: Limiter::new(Arc::clone(&clock)),
             upstreams: Upstreams::new(clock),
@@ -48,6 +57,18 @@ impl Gateway {
     /// date with it).
     pub fn with_wall_clock(mut self, wall_clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = wall_clock;
+        self
+    }
+
+    /// The same gateway, its limits store's leases living `lifetime` without a refresh
+    /// (tests shorten it to see a dead replica's leases expire).
+    pub fn with_lease_lifetime(mut self, lifetime: std::time::Duration) -> Self {
+        let config = self.limits_store.as_ref().map(|s| s.config.clone());
+        self.limits_store = config.and_then(|config| {
+            Store::with_lease_lifetime(config, &self.metrics, lifetime)
+                .ok()
+                .map(Arc::new)
+        });
         self
     }
 

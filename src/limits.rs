@@ -14,8 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+mod store;
 mod tokens;
 
+pub use store::{Grant, Shared, Store, LEASE_LIFETIME};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway
@@ -200,6 +202,19 @@ impl Limiter {
             rate,
             since_previous,
         }
+    }
+
+    /// Counts a request of `key` in flight without limiting it (its limits are decided by
+    /// the shared store), and notes its arrival; the time since the key's previous request.
+    pub fn count_in_flight(&self, key: &Key) -> (Permit, Option<Duration>) {
+        let state = self.state(&key.name);
+        let since_previous = record_previous(&state.previous_micros, self.clock.now());
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let permit = Permit {
+            slots: vec![Arc::clone(&state.in_flight)],
+            idle: None,
+        };
+        (permit, since_previous)
     }
 
     /// Where a key stands on its rate limit now, without counting a request.

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    pub limits_store_up: IntGauge,
+    pub limits_store_errors: IntCounterVec,
+    pub limits_store_duration: Histogram,
     pub upstream_health_checks: IntCounterVec,
     pub access_log_dropped: IntGauge,
     pub config_generation: IntGauge,
@@ -200,6 +203,27 @@ impl Metrics {
             &["upstream"],
         )
         .expect("valid metric");
+        let limits_store_up = IntGauge::new(
+            "sluice_limits_store_up",
+            "1 while the shared limits store (limits_store) answers; 0 while it does not, or when none is configured.",
+        )
+        .expect("valid metric");
+        let limits_store_errors = IntCounterVec::new(
+            Opts::new(
+                "sluice_limits_store_errors_total",
+                "Calls to the shared limits store that failed, by kind (timeout, connection, script).",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let limits_store_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "sluice_limits_store_duration_seconds",
+                "Time of each call to the shared limits store, failed ones included.",
+            )
+            .buckets(exponential_buckets(0.00005, 2.0, 14).expect("static buckets")),
+        )
+        .expect("valid metric");
         let model_fallbacks = IntCounterVec::new(
             Opts::new(
                 "sluice_model_fallbacks_total",
@@ -271,6 +295,9 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
+            Box::new(limits_store_up.clone()),
+            Box::new(limits_store_errors.clone()),
+            Box::new(limits_store_duration.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
             Box::new(key_expiry.clone()),
@@ -302,6 +329,9 @@ impl Metrics {
             upstream_queue,
             tokens,
             usage_missing,
+            limits_store_up,
+            limits_store_errors,
+            limits_store_duration,
             upstream_health_checks,
             access_log_dropped,
             key_expiry,
@@ -335,6 +365,9 @@ impl Metrics {
     ) {
         for result in ["success", "failure"] {
             self.config_reloads.with_label_values(&[result]);
+        }
+        for kind in ["timeout", "connection", "script"] {
+            self.limits_store_errors.with_label_values(&[kind]);
         }
         for code in ANONYMOUS_CODES {
             self.rejections.with_label_values(&[UNKNOWN, code]);

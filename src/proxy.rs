@@ -22,6 +22,7 @@
 //! cancelled at shutdown. The upstream slot and upstream in-flight count live in
 //! `dispatch`'s future, which the request's task owns: dropped the same way.
 
+mod admission;
 mod context;
 mod downstream;
 mod fallback;
@@ -36,7 +37,6 @@ use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::limits::Admission;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
@@ -44,7 +44,7 @@ use crate::route::{route, Route};
 use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
-use context::{Failure, InFlight};
+use context::Failure;
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{log_request, record_error, settle_tokens};
@@ -52,7 +52,6 @@ use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
-use std::time::Duration;
 use stored::stored_at;
 
 /// The pingora application: one per gateway, sharing [`Gateway`].
@@ -220,6 +219,10 @@ impl Proxy {
         ctx.key = Some(Arc::clone(&key));
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         self.admit(ctx, &catalog, &key)?;
+        if !matches!(route, Route::Create(_)) {
+            // Nothing to estimate: shared limits are decided now (no-op otherwise).
+            self.admit_tokens(ctx, &key, 0).await?;
+        }
 
         match route {
             Route::ListModels => {
@@ -245,59 +248,6 @@ impl Proxy {
                     .await
             }
         }
-    }
-
-    /// Step 3: the gateway-wide cap (or draining), then the key's rate and concurrency.
-    /// Permits go into the context, released when it drops.
-    fn admit(
-        &self,
-        ctx: &mut RequestContext,
-        catalog: &Catalog,
-        key: &Arc<Key>,
-    ) -> Result<(), RequestError> {
-        let limiter = &self.gateway.limiter;
-        // Token windows are shown on every answer; reserved once the body is read (step 6).
-        ctx.tokens = limiter.token_position(key);
-        let shed = if self.gateway.is_draining() {
-            Err(RequestError::Overloaded {
-                retry_after: Duration::from_secs(1),
-            })
-        } else {
-            limiter.admit_gateway(catalog.max_concurrent)
-        };
-        match shed {
-            Ok(permit) => ctx.permits.push(permit),
-            Err(error) => {
-                // Shed before the key's own limits: its rate headers still go out, unchanged.
-                ctx.rate = limiter.rate_position(key);
-                return Err(error);
-            }
-        }
-        match limiter.admit(key) {
-            Admission::Allowed {
-                permit,
-                rate,
-                since_previous,
-            } => {
-                ctx.permits.push(permit);
-                (ctx.rate, ctx.since_previous) = (rate, since_previous);
-            }
-            Admission::Denied {
-                error,
-                rate,
-                since_previous,
-            } => {
-                (ctx.rate, ctx.since_previous) = (rate, since_previous);
-                return Err(error);
-            }
-        }
-        let gauge = self
-            .gateway
-            .metrics
-            .in_flight
-            .with_label_values(&[&key.name]);
-        ctx.in_flight = Some(InFlight::new(gauge));
-        Ok(())
     }
 
     /// Steps 4-7 for a request to a model named in its body (chat, completions,
@@ -361,7 +311,7 @@ impl Proxy {
         // The key's token windows, last: the estimate needs the body and the model.
         ctx.usage_expected = endpoint.kind.reports_usage();
         let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
-        self.reserve_tokens(ctx, key, estimate)?;
+        self.admit_tokens(ctx, key, estimate).await?;
         // 7. Upstream.
         let destination = Destination {
             model,
@@ -373,29 +323,6 @@ impl Proxy {
             fallbacks,
         };
         self.deliver(session, ctx, catalog, destination).await
-    }
-
-    /// Reserves the request's estimated tokens in the key's token windows (if it has any);
-    /// the reservation is settled with the answer's usage when the request ends.
-    fn reserve_tokens(
-        &self,
-        ctx: &mut RequestContext,
-        key: &Key,
-        estimate: u64,
-    ) -> Result<(), RequestError> {
-        match self.gateway.limiter.reserve_tokens(key, estimate) {
-            None => Ok(()),
-            Some(Ok((reservation, status))) => {
-                ctx.tokens = Some(status);
-                ctx.reserved_tokens = Some(reservation.reserved());
-                ctx.reservation = Some(reservation);
-                Ok(())
-            }
-            Some(Err((error, status))) => {
-                ctx.tokens = Some(status);
-                Err(error)
-            }
-        }
     }
 
     /// Step 7: sends the request upstream, and notes what came of it. A model that cannot

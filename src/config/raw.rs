@@ -28,6 +28,7 @@ pub(super) struct RawConfig {
     pub(super) echo_upstream: Option<RawEcho>,
     pub(super) keys_file: Option<String>,
     pub(super) metric_labels: Option<Vec<String>>,
+    pub(super) limits_store: Option<RawLimitsStore>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -42,6 +43,16 @@ pub(super) struct RawConfig {
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimitsStore {
+    pub(super) url: Option<String>,
+    pub(super) password_env: Option<String>,
+    pub(super) timeout: Option<String>,
+    pub(super) on_error: Option<String>,
+    pub(super) expected_replicas: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -71,6 +71,7 @@ impl Settings {
             keys,
             metric_labels,
             warnings,
+            limits_store: None,
         }
     }
 }

@@ -77,7 +77,7 @@ fn upstream(
     let credential = raw
         .api_key_env
         .as_deref()
-        .and_then(|name| credential(errors, path, name, env));
+        .and_then(|name| credential(errors, &format!("{path}.api_key_env"), name, env));
     let style = super::provider::style(errors, path, raw);
     let connect_timeout = duration(
         errors,
@@ -166,9 +166,9 @@ fn ca(errors: &mut Errors, path: &str, name: &str, url: Option<&http::Uri>) -> O
 /// whitespace around it (`echo` into a Kubernetes Secret leaves a newline at the end);
 /// never empty, never with a control character inside (it goes into a header). Messages
 /// name the variable, never its value.
-fn credential(
+pub(super) fn credential(
     errors: &mut Errors,
-    path: &str,
+    field: &str,
     name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Secret> {
@@ -183,10 +183,7 @@ fn credential(
     } else {
         return Some(Secret::new(trimmed.to_string()));
     };
-    errors.push(
-        format!("{path}.api_key_env"),
-        format!("environment variable {name} {problem}"),
-    );
+    errors.push(field, format!("environment variable {name} {problem}"));
     None
 }
 

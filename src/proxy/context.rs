@@ -4,7 +4,7 @@
 
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
-use crate::limits::{Permit, RateStatus, Reservation, TokenStatus};
+use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
 use crate::upstream::{AfterCut, Called, Exchange};
 use pingora::Error;
 use prometheus::IntGauge;
@@ -35,6 +35,10 @@ pub struct RequestContext {
     /// Tokens reserved for this request, until its usage settles them.
     pub(super) reservation: Option<Reservation>,
     pub(super) reserved_tokens: Option<u64>,
+    /// Where the key's limits are decided for this request.
+    pub(super) limits: LimitMode,
+    /// What the request holds in the shared limits store, until it ends.
+    pub(super) grant: Option<Grant>,
     /// The route's answers report usage by contract (chat, completions, responses,
     /// embeddings): one without it is counted in `sluice_usage_missing_total`.
     pub(super) usage_expected: bool,
@@ -62,6 +66,8 @@ impl RequestContext {
             tokens: None,
             reservation: None,
             reserved_tokens: None,
+            limits: LimitMode::Open,
+            grant: None,
             usage_expected: false,
             since_previous: None,
             exchange: Exchange::default(),
@@ -69,6 +75,16 @@ impl RequestContext {
             in_flight: None,
         }
     }
+}
+
+/// Where a request's key limits are decided.
+pub(super) enum LimitMode {
+    /// In this process, with these limits (the key's, or its share while the store is down).
+    Local(Arc<Key>),
+    /// In the shared limits store.
+    Shared,
+    /// Nowhere: the store is down and `on_error` is `open` (or not decided yet).
+    Open,
 }
 
 /// Counts a request in `sluice_in_flight_requests` while it lives.

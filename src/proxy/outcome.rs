@@ -66,6 +66,13 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut Requ
     {
         metrics.usage_missing.with_label_values(&[upstream]).inc();
     }
+    if let Some(grant) = ctx.grant.take() {
+        grant.settle(match usage {
+            Some(usage) => Some(usage.total()),
+            None if may_have_used => None,
+            None => Some(0),
+        });
+    }
     let Some(reservation) = ctx.reservation.take() else {
         return;
     };

@@ -1,0 +1,87 @@
+//! `limits_store`: where limits shared by every replica live.
+
+use super::raw::RawLimitsStore;
+use super::upstream::credential;
+use super::values::{duration, Bounds, Errors};
+use super::{LimitsStoreConfig, OnStoreError};
+use redis::IntoConnectionInfo;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+/// The section checked: a `redis://` or `rediss://` URL without a password (that comes from
+/// `password_env`), a per-call timeout, what to do when the store fails.
+pub(super) fn limits_store(
+    errors: &mut Errors,
+    raw: Option<&RawLimitsStore>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<LimitsStoreConfig> {
+    let raw = raw?;
+    let before = errors.list.len();
+    let url = match raw.url.as_deref() {
+        None => {
+            errors.push("limits_store.url", "is required");
+            None
+        }
+        Some(url) => check_url(errors, url),
+    };
+    let password = raw
+        .password_env
+        .as_deref()
+        .and_then(|name| credential(errors, "limits_store.password_env", name, env));
+    let timeout = duration(
+        errors,
+        "limits_store.timeout",
+        raw.timeout.as_deref(),
+        Duration::from_millis(50),
+        Bounds::CONNECT,
+    );
+    let on_error = match raw.on_error.as_deref() {
+        None | Some("local") => OnStoreError::Local,
+        Some("open") => OnStoreError::Open,
+        Some("closed") => OnStoreError::Closed,
+        Some(other) => {
+            errors.push(
+                "limits_store.on_error",
+                format!("'{other}' is not one of local, open, closed"),
+            );
+            OnStoreError::Local
+        }
+    };
+    let expected_replicas = match raw.expected_replicas.map(NonZeroU32::new) {
+        None => NonZeroU32::MIN,
+        Some(Some(n)) => n,
+        Some(None) => {
+            errors.push("limits_store.expected_replicas", "must be at least 1");
+            NonZeroU32::MIN
+        }
+    };
+    if errors.list.len() > before {
+        return None;
+    }
+    Some(LimitsStoreConfig {
+        url: url?,
+        password,
+        timeout: timeout?,
+        on_error,
+        expected_replicas,
+    })
+}
+
+fn check_url(errors: &mut Errors, url: &str) -> Option<String> {
+    let problem = if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        "must start with redis:// (or rediss:// for TLS)"
+    } else if url.split_once("://").is_some_and(|(_, rest)| {
+        rest.split('/')
+            .next()
+            .is_some_and(|authority| authority.contains('@'))
+    }) {
+        "must not carry a user or password: set password_env instead, so no secret sits in the file"
+    } else {
+        match url.into_connection_info() {
+            Ok(_) => return Some(url.to_owned()),
+            Err(_) => "is not a Redis URL (redis://host:port/db)",
+        }
+    };
+    errors.push("limits_store.url", problem);
+    None
+}

@@ -1,0 +1,447 @@
+//! Limits shared by every replica, in Redis (or Valkey): one script call per admission
+//! checks and reserves every bucket of a key (request rate, token windows) and takes a
+//! concurrency lease, atomically, on Redis's clock; one call at the end settles the tokens
+//! and gives the lease back, off the response path.
+//!
+//! Limit values travel with each call, so a reload applies at once and keeps usage. All of
+//! a key's Redis keys share the hash tag `{name}`. A lease expires by itself unless its
+//! replica refreshes it (every third of its lifetime while the request runs), so a replica
+//! that dies holds nothing for longer than one lifetime.
+//!
+//! A call that fails or takes longer than `timeout` marks the store down: admissions stop
+//! calling it (the caller applies `on_error`) and a probe pings it once a second until it
+//! answers. A key refused by the store is refused here, without a call, until its wait is
+//! over (the local gate), so an abusive client cannot load Redis.
+
+use super::{RateStatus, TokenStatus, Window};
+use crate::catalog::Key;
+use crate::config::LimitsStoreConfig;
+use crate::error::RequestError;
+use crate::metrics::Metrics;
+use dashmap::DashMap;
+use prometheus::{Histogram, IntCounterVec, IntGauge};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, OnceCell};
+
+/// How long a lease lives without a refresh.
+pub const LEASE_LIFETIME: Duration = Duration::from_secs(30);
+/// How often a store that failed is asked whether it is back.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The store and what this replica knows of it.
+pub struct Store {
+    pub config: LimitsStoreConfig,
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    admit: Script,
+    settle: Script,
+    refresh: Script,
+    up: AtomicBool,
+    probing: AtomicBool,
+    /// Keys refused by the store, until when, and with what.
+    gate: DashMap<String, (Instant, RequestError)>,
+    /// Leases of requests in flight on this replica: lease id to its Redis key.
+    leases: Mutex<std::collections::HashMap<String, String>>,
+    refreshing: AtomicBool,
+    next_lease: AtomicU64,
+    /// Tells lease ids of replicas apart.
+    replica: u64,
+    lease_lifetime: Duration,
+    recovered: Notify,
+    up_gauge: IntGauge,
+    errors: IntCounterVec,
+    duration: Histogram,
+}
+
+/// The store's answer to one admission.
+pub enum Shared {
+    Admitted {
+        grant: Grant,
+        rate: Option<RateStatus>,
+        tokens: Option<TokenStatus>,
+    },
+    Refused {
+        error: RequestError,
+        rate: Option<RateStatus>,
+        tokens: Option<TokenStatus>,
+    },
+    /// The store could not be used: `on_error` decides.
+    Unavailable,
+}
+
+/// What an admitted request holds in the store until it ends: its lease and its token
+/// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
+/// back and the reservation stands.
+pub struct Grant {
+    store: Arc<Store>,
+    key: String,
+    lease: Option<String>,
+    /// Tokens reserved per window (minute, day); -1: no such window.
+    reserved: [i64; 2],
+    settled: bool,
+}
+
+impl Grant {
+    /// The most any window holds for this request (`None` without token windows).
+    pub fn reserved(&self) -> Option<u64> {
+        self.reserved.iter().filter(|&&n| n >= 0).map(|&n| n as u64).max()
+    }
+
+    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
+    /// lease back, in a task of its own: the response is not held up.
+    pub fn settle(mut self, used: Option<u64>) {
+        self.settled = true;
+        self.spawn_settle(used);
+    }
+
+    fn spawn_settle(&mut self, used: Option<u64>) {
+        let store = Arc::clone(&self.store);
+        let (key, lease, reserved) = (self.key.clone(), self.lease.take(), self.reserved);
+        if let Some(lease) = &lease {
+            store.leases.lock().unwrap_or_else(|p| p.into_inner()).remove(lease);
+        }
+        if reserved.iter().all(|&n| n < 0) && lease.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut invocation = store.settle.prepare_invoke();
+            invocation
+                .key(tokens_key(&key))
+                .key(leases_key(&key))
+                .arg(reserved[0])
+                .arg(reserved[1])
+                .arg(used.map_or(-1, |n| n as i64))
+                .arg(lease.unwrap_or_default());
+            let _: Option<i64> = store.call(|mut c| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await;
+        });
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.spawn_settle(None);
+        }
+    }
+}
+
+fn rate_key(name: &str) -> String {
+    format!("sluice:{{{name}}}:requests")
+}
+fn tokens_key(name: &str) -> String {
+    format!("sluice:{{{name}}}:tokens")
+}
+fn leases_key(name: &str) -> String {
+    format!("sluice:{{{name}}}:leases")
+}
+
+impl Store {
+    pub fn new(config: LimitsStoreConfig, metrics: &Metrics) -> redis::RedisResult<Store> {
+        Store::with_lease_lifetime(config, metrics, LEASE_LIFETIME)
+    }
+
+    /// A store whose leases live `lease_lifetime` without a refresh (tests shorten it).
+    pub fn with_lease_lifetime(
+        config: LimitsStoreConfig,
+        metrics: &Metrics,
+        lease_lifetime: Duration,
+    ) -> redis::RedisResult<Store> {
+        use redis::IntoConnectionInfo;
+        let mut info = config.url.as_str().into_connection_info()?;
+        if let Some(password) = &config.password {
+            let settings = info.redis_settings().clone().set_password(password.expose());
+            info = info.set_redis_settings(settings);
+        }
+        metrics.limits_store_up.set(1);
+        Ok(Store {
+            client: redis::Client::open(info)?,
+            connection: OnceCell::new(),
+            admit: Script::new(include_str!("admit.lua")),
+            settle: Script::new(include_str!("settle.lua")),
+            refresh: Script::new(REFRESH),
+            up: AtomicBool::new(true),
+            probing: AtomicBool::new(false),
+            gate: DashMap::new(),
+            leases: Mutex::new(Default::default()),
+            refreshing: AtomicBool::new(false),
+            next_lease: AtomicU64::new(0),
+            replica: rand::random(),
+            lease_lifetime,
+            recovered: Notify::new(),
+            up_gauge: metrics.limits_store_up.clone(),
+            errors: metrics.limits_store_errors.clone(),
+            duration: metrics.limits_store_duration.clone(),
+            config,
+        })
+    }
+
+    /// Whether the store answered its last call.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the store answers again after a failure (for tests and readiness).
+    pub async fn recovered(&self) {
+        let notified = self.recovered.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_up() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// The refusal a key still has from the store, without asking it (the local gate).
+    pub fn gated(&self, name: &str) -> Option<RequestError> {
+        let entry = self.gate.get(name)?;
+        let (until, error) = &*entry;
+        let left = until.checked_duration_since(Instant::now())?;
+        Some(with_wait(error, left))
+    }
+
+    /// Checks and reserves every limit of `key` for one request of `estimate` tokens.
+    pub async fn admit(self: &Arc<Self>, key: &Key, estimate: u64) -> Shared {
+        if !self.is_up() {
+            self.probe();
+            return Shared::Unavailable;
+        }
+        self.start_refreshing();
+        let lease = key.max_concurrent.map(|_| {
+            let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
+            format!("{:016x}-{n}", self.replica)
+        });
+        let per_minute = key.requests_per_minute.map_or(0, |n| n.get());
+        let burst = key.burst.or(key.requests_per_minute).map_or(0, |n| n.get());
+        let mut invocation = self.admit.prepare_invoke();
+        invocation
+            .key(rate_key(&key.name))
+            .key(tokens_key(&key.name))
+            .key(leases_key(&key.name))
+            .arg(per_minute)
+            .arg(burst)
+            .arg(key.tokens_per_minute.map_or(0, |n| n.get()))
+            .arg(key.tokens_per_day.map_or(0, |n| n.get()))
+            .arg(estimate)
+            .arg(key.max_concurrent.map_or(0, |n| n.get()))
+            .arg(lease.clone().unwrap_or_default())
+            .arg(self.lease_lifetime.as_micros() as u64);
+        let answer: Option<Vec<i64>> = self
+            .call(|mut c| async move { invocation.invoke_async(&mut c).await })
+            .await;
+        let Some(answer) = answer.filter(|a| a.len() == 10) else {
+            self.probe();
+            return Shared::Unavailable;
+        };
+        let micros = |n: i64| Duration::from_micros(n.max(0) as u64);
+        let rate = (answer[2] >= 0).then(|| RateStatus {
+            limit: per_minute,
+            remaining: answer[2] as u32,
+            reset: micros(answer[3]),
+        });
+        let tokens = match answer[4] {
+            1 | 2 => Some(TokenStatus {
+                window: if answer[4] == 1 { Window::Minute } else { Window::Day },
+                limit: answer[5] as u64,
+                remaining: answer[6].max(0) as u64,
+                reset: micros(answer[7]),
+            }),
+            _ => None,
+        };
+        let wait = micros(answer[1]);
+        let error = match answer[0] {
+            0 => {
+                if let Some(lease) = &lease {
+                    self.leases
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(lease.clone(), leases_key(&key.name));
+                }
+                let grant = Grant {
+                    store: Arc::clone(self),
+                    key: key.name.clone(),
+                    lease,
+                    reserved: [answer[8], answer[9]],
+                    settled: false,
+                };
+                return Shared::Admitted {
+                    grant,
+                    rate,
+                    tokens,
+                };
+            }
+            1 => RequestError::RateLimited { retry_after: wait },
+            2 => RequestError::ConcurrencyLimited {
+                retry_after: super::CONCURRENCY_RETRY_HINT,
+            },
+            _ => {
+                let window = tokens.map_or(Window::Minute, |t| t.window);
+                RequestError::TokensLimited {
+                    retry_after: wait,
+                    window: window.name(),
+                    limit: tokens.map_or(0, |t| t.limit),
+                    estimate,
+                }
+            }
+        };
+        if answer[0] != 2 {
+            // Refused for a wait the store measured: the same request is refused here until
+            // it is over, without a call.
+            self.gate
+                .insert(key.name.clone(), (Instant::now() + wait, error.clone()));
+        }
+        Shared::Refused {
+            error,
+            rate,
+            tokens,
+        }
+    }
+
+    /// One call within the timeout, timed and counted; a failure marks the store down.
+    async fn call<T, F, Fut>(&self, call: F) -> Option<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(self.config.timeout, async {
+            let connection = self.connection().await?;
+            call(connection).await
+        })
+        .await;
+        self.duration.observe(started.elapsed().as_secs_f64());
+        let kind = match outcome {
+            Ok(Ok(value)) => return Some(value),
+            Err(_elapsed) => "timeout",
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                "connection"
+            }
+            Ok(Err(_)) => "script",
+        };
+        self.errors.with_label_values(&[kind]).inc();
+        log::warn!(target: "sluice::limits", kind = kind; "limits store call failed; admitting by on_error until it answers");
+        self.mark_down();
+        None
+    }
+
+    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.config.timeout))
+                    .set_response_timeout(Some(self.config.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    /// Stops using the store and pings it once a second until it answers.
+    fn mark_down(&self) {
+        self.up.store(false, Ordering::Release);
+        self.up_gauge.set(0);
+        self.gate.clear();
+    }
+
+    /// Starts the probe of a store that is down, if none runs (called by the gateway's
+    /// admission path, which owns an `Arc` of the store).
+    pub fn probe(self: &Arc<Self>) {
+        if self.is_up() || self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROBE_INTERVAL);
+            loop {
+                tick.tick().await;
+                let answered = tokio::time::timeout(store.config.timeout, async {
+                    let mut connection = store.connection().await?;
+                    redis::cmd("PING").query_async::<String>(&mut connection).await
+                })
+                .await;
+                if matches!(answered, Ok(Ok(_))) {
+                    break;
+                }
+            }
+            store.up.store(true, Ordering::Release);
+            store.up_gauge.set(1);
+            store.probing.store(false, Ordering::Release);
+            log::info!(target: "sluice::limits", "limits store answers again; shared limits resume");
+            store.recovered.notify_waiters();
+        });
+    }
+
+    /// Keeps this replica's leases alive while their requests run.
+    fn start_refreshing(self: &Arc<Self>) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = Arc::downgrade(self);
+        let every = self.lease_lifetime / 3;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { return };
+                let leases: Vec<(String, String)> = store
+                    .leases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .map(|(lease, key)| (lease.clone(), key.clone()))
+                    .collect();
+                for (lease, key) in leases {
+                    let mut invocation = store.refresh.prepare_invoke();
+                    invocation
+                        .key(key)
+                        .arg(lease)
+                        .arg(store.lease_lifetime.as_micros() as u64);
+                    let _: Option<i64> = store
+                        .call(|mut c| async move { invocation.invoke_async(&mut c).await })
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+/// Moves a lease's expiry one lifetime past Redis's clock, if it is still held.
+const REFRESH: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
+return 1
+"#;
+
+/// The same refusal with `left` to wait.
+fn with_wait(error: &RequestError, left: Duration) -> RequestError {
+    match error {
+        RequestError::RateLimited { .. } => RequestError::RateLimited { retry_after: left },
+        RequestError::TokensLimited {
+            window,
+            limit,
+            estimate,
+            ..
+        } => RequestError::TokensLimited {
+            retry_after: left,
+            window,
+            limit: *limit,
+            estimate: *estimate,
+        },
+        other => other.clone(),
+    }
+}

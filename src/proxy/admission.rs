@@ -1,0 +1,187 @@
+//! A request's limits: the gateway-wide cap, then the key's own, decided in this process or
+//! by the shared limits store (`limits_store`, DESIGN 4.4).
+//!
+//! In this process, the key's rate and concurrency are checked before the body is read
+//! (step 3) and its token windows once the estimate is known (step 6). With a store, every
+//! bucket of the key is decided in one call once the estimate is known; step 3 only asks
+//! the local gate (a key the store refused, until its wait is over) so a refused client
+//! costs no call. A store that does not answer is handled by `on_error`: the key's limits
+//! divided by `expected_replicas` in this process, no limits, or 503 `limits_unavailable`.
+
+use super::context::{InFlight, LimitMode, RequestContext};
+use super::Proxy;
+use crate::catalog::{Catalog, Key};
+use crate::config::OnStoreError;
+use crate::error::RequestError;
+use crate::limits::{Admission, Shared};
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Proxy {
+    /// Step 3: the gateway-wide cap (or draining), then the key's rate and concurrency, or
+    /// the shared store's local gate. Permits go into the context, released when it drops.
+    pub(super) fn admit(
+        &self,
+        ctx: &mut RequestContext,
+        catalog: &Catalog,
+        key: &Arc<Key>,
+    ) -> Result<(), RequestError> {
+        let limiter = &self.gateway.limiter;
+        // Token windows are shown on every answer; reserved once the body is read (step 6).
+        ctx.tokens = limiter.token_position(key);
+        let shed = if self.gateway.is_draining() {
+            Err(RequestError::Overloaded {
+                retry_after: Duration::from_secs(1),
+            })
+        } else {
+            limiter.admit_gateway(catalog.max_concurrent)
+        };
+        match shed {
+            Ok(permit) => ctx.permits.push(permit),
+            Err(error) => {
+                // Shed before the key's own limits: its rate headers still go out, unchanged.
+                ctx.rate = limiter.rate_position(key);
+                return Err(error);
+            }
+        }
+        ctx.limits = match &self.gateway.limits_store {
+            None => LimitMode::Local(Arc::clone(key)),
+            Some(store) if store.is_up() => {
+                ctx.tokens = None;
+                if let Some(refused) = store.gated(&key.name) {
+                    return Err(refused);
+                }
+                let (permit, since_previous) = limiter.count_in_flight(key);
+                ctx.permits.push(permit);
+                ctx.since_previous = since_previous;
+                LimitMode::Shared
+            }
+            Some(store) => {
+                store.probe();
+                self.when_store_fails(store.config.on_error, store.config.expected_replicas, key)?
+            }
+        };
+        if let LimitMode::Local(key) = &ctx.limits {
+            let key = Arc::clone(key);
+            self.admit_locally(ctx, &key)?;
+        }
+        let gauge = self
+            .gateway
+            .metrics
+            .in_flight
+            .with_label_values(&[&key.name]);
+        ctx.in_flight = Some(InFlight::new(gauge));
+        Ok(())
+    }
+
+    /// What `on_error` makes of a key while the store cannot be used.
+    fn when_store_fails(
+        &self,
+        on_error: OnStoreError,
+        replicas: std::num::NonZeroU32,
+        key: &Key,
+    ) -> Result<LimitMode, RequestError> {
+        match on_error {
+            OnStoreError::Local => Ok(LimitMode::Local(Arc::new(key.divided(replicas)))),
+            OnStoreError::Open => Ok(LimitMode::Open),
+            OnStoreError::Closed => Err(RequestError::LimitsUnavailable),
+        }
+    }
+
+    /// The key's rate and concurrency in this process.
+    fn admit_locally(&self, ctx: &mut RequestContext, key: &Key) -> Result<(), RequestError> {
+        ctx.tokens = self.gateway.limiter.token_position(key);
+        match self.gateway.limiter.admit(key) {
+            Admission::Allowed {
+                permit,
+                rate,
+                since_previous,
+            } => {
+                ctx.permits.push(permit);
+                (ctx.rate, ctx.since_previous) = (rate, since_previous);
+                Ok(())
+            }
+            Admission::Denied {
+                error,
+                rate,
+                since_previous,
+            } => {
+                (ctx.rate, ctx.since_previous) = (rate, since_previous);
+                Err(error)
+            }
+        }
+    }
+
+    /// The key's limits that need the request's token estimate: its token windows in this
+    /// process, or every bucket at once in the shared store. A store that fails now is
+    /// handled by `on_error` like one found down at step 3.
+    pub(super) async fn admit_tokens(
+        &self,
+        ctx: &mut RequestContext,
+        key: &Key,
+        estimate: u64,
+    ) -> Result<(), RequestError> {
+        let store = match (&ctx.limits, &self.gateway.limits_store) {
+            (LimitMode::Shared, Some(store)) => Arc::clone(store),
+            (LimitMode::Local(key), _) => {
+                let key = Arc::clone(key);
+                return self.reserve_tokens(ctx, &key, estimate);
+            }
+            _ => return Ok(()),
+        };
+        match store.admit(key, estimate).await {
+            Shared::Admitted {
+                grant,
+                rate,
+                tokens,
+            } => {
+                (ctx.rate, ctx.tokens) = (rate, tokens);
+                ctx.reserved_tokens = grant.reserved();
+                ctx.grant = Some(grant);
+                Ok(())
+            }
+            Shared::Refused {
+                error,
+                rate,
+                tokens,
+            } => {
+                (ctx.rate, ctx.tokens) = (rate, tokens);
+                Err(error)
+            }
+            Shared::Unavailable => {
+                let config = &store.config;
+                ctx.limits =
+                    self.when_store_fails(config.on_error, config.expected_replicas, key)?;
+                let LimitMode::Local(key) = &ctx.limits else {
+                    return Ok(());
+                };
+                let key = Arc::clone(key);
+                self.admit_locally(ctx, &key)?;
+                self.reserve_tokens(ctx, &key, estimate)
+            }
+        }
+    }
+
+    /// Reserves the request's estimated tokens in the key's token windows (if it has any);
+    /// the reservation is settled with the answer's usage when the request ends.
+    fn reserve_tokens(
+        &self,
+        ctx: &mut RequestContext,
+        key: &Key,
+        estimate: u64,
+    ) -> Result<(), RequestError> {
+        match self.gateway.limiter.reserve_tokens(key, estimate) {
+            None => Ok(()),
+            Some(Ok((reservation, status))) => {
+                ctx.tokens = Some(status);
+                ctx.reserved_tokens = Some(reservation.reserved());
+                ctx.reservation = Some(reservation);
+                Ok(())
+            }
+            Some(Err((error, status))) => {
+                ctx.tokens = Some(status);
+                Err(error)
+            }
+        }
+    }
+}
