@@ -113,7 +113,8 @@ impl Key {
             limit.map(|l| NonZeroU32::new(l.get().div_ceil(n)).unwrap_or(NonZeroU32::MIN))
         };
         let part64 = |limit: Option<NonZeroU64>| {
-            limit.map(|l| NonZeroU64::new(l.get().div_ceil(u64::from(n))).unwrap_or(NonZeroU64::MIN))
+            limit
+                .map(|l| NonZeroU64::new(l.get().div_ceil(u64::from(n))).unwrap_or(NonZeroU64::MIN))
         };
         Key {
             name: self.name.clone(),

@@ -124,6 +124,9 @@ pub struct LimitsStoreConfig {
     pub on_error: OnStoreError,
     /// With `on_error: local`, each replica enforces the limits divided by this.
     pub expected_replicas: NonZeroU32,
+    /// How long a concurrency lease lives without a refresh (a dead replica's leases are
+    /// gone after it).
+    pub lease_lifetime: Duration,
 }
 
 /// What admission does while the limits store cannot be used.

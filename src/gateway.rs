@@ -60,18 +60,6 @@ impl Gateway {
         self
     }
 
-    /// The same gateway, its limits store's leases living `lifetime` without a refresh
-    /// (tests shorten it to see a dead replica's leases expire).
-    pub fn with_lease_lifetime(mut self, lifetime: std::time::Duration) -> Self {
-        let config = self.limits_store.as_ref().map(|s| s.config.clone());
-        self.limits_store = config.and_then(|config| {
-            Store::with_lease_lifetime(config, &self.metrics, lifetime)
-                .ok()
-                .map(Arc::new)
-        });
-        self
-    }
-
     /// The snapshot a request uses from start to end.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.load_full()
@@ -89,6 +77,9 @@ impl Gateway {
         // Name sets built once: a lookup per tracked key, not a scan of the catalog each.
         let key_names: HashSet<&str> = catalog.key_names().collect();
         self.limiter.retain_keys(|name| key_names.contains(name));
+        if let Some(store) = &self.limits_store {
+            store.forget_refusals();
+        }
         let upstream_names: HashSet<&str> =
             catalog.upstreams.iter().map(|u| u.name.as_str()).collect();
         self.upstreams.retain(|name| upstream_names.contains(name));

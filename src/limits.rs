@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 mod store;
 mod tokens;
 
-pub use store::{Grant, Shared, Store, LEASE_LIFETIME};
+pub use store::{Grant, Shared, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway

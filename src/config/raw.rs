@@ -53,6 +53,7 @@ pub(super) struct RawLimitsStore {
     pub(super) timeout: Option<String>,
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,
+    pub(super) lease_lifetime: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -35,6 +35,13 @@ pub(super) fn limits_store(
         Duration::from_millis(50),
         Bounds::CONNECT,
     );
+    let lease_lifetime = duration(
+        errors,
+        "limits_store.lease_lifetime",
+        raw.lease_lifetime.as_deref(),
+        Duration::from_secs(30),
+        Bounds::LEASE,
+    );
     let on_error = match raw.on_error.as_deref() {
         None | Some("local") => OnStoreError::Local,
         Some("open") => OnStoreError::Open,
@@ -64,6 +71,7 @@ pub(super) fn limits_store(
         timeout: timeout?,
         on_error,
         expected_replicas,
+        lease_lifetime: lease_lifetime?,
     })
 }
 

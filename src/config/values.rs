@@ -179,6 +179,8 @@ const HOUR: u64 = 60 * MINUTE;
 impl Bounds {
     /// Opening a connection: more than minutes is never a working network.
     pub(super) const CONNECT: Bounds = Bounds::new(Duration::from_millis(1), 10 * MINUTE);
+    /// A concurrency lease in the shared limits store: refreshed every third of it.
+    pub(super) const LEASE: Bounds = Bounds::new(Duration::from_secs(1), 60 * MINUTE);
     /// A pause before a resend, which the client spends waiting.
     pub(super) const BACKOFF: Bounds = Bounds::new(Duration::from_millis(1), MINUTE);
     /// Waits a request spends held back: in a queue, behind a cooldown.

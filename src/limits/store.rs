@@ -27,8 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OnceCell};
 
-/// How long a lease lives without a refresh.
-pub const LEASE_LIFETIME: Duration = Duration::from_secs(30);
 /// How often a store that failed is asked whether it is back.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -88,7 +86,11 @@ pub struct Grant {
 impl Grant {
     /// The most any window holds for this request (`None` without token windows).
     pub fn reserved(&self) -> Option<u64> {
-        self.reserved.iter().filter(|&&n| n >= 0).map(|&n| n as u64).max()
+        self.reserved
+            .iter()
+            .filter(|&&n| n >= 0)
+            .map(|&n| n as u64)
+            .max()
     }
 
     /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
@@ -102,7 +104,11 @@ impl Grant {
         let store = Arc::clone(&self.store);
         let (key, lease, reserved) = (self.key.clone(), self.lease.take(), self.reserved);
         if let Some(lease) = &lease {
-            store.leases.lock().unwrap_or_else(|p| p.into_inner()).remove(lease);
+            store
+                .leases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(lease);
         }
         if reserved.iter().all(|&n| n < 0) && lease.is_none() {
             return;
@@ -119,10 +125,9 @@ impl Grant {
                 .arg(reserved[1])
                 .arg(used.map_or(-1, |n| n as i64))
                 .arg(lease.unwrap_or_default());
-            let _: Option<i64> = store.call(|mut c| async move {
-                invocation.invoke_async(&mut c).await
-            })
-            .await;
+            let _: Option<i64> = store
+                .call(|mut c| async move { invocation.invoke_async(&mut c).await })
+                .await;
         });
     }
 }
@@ -147,19 +152,13 @@ fn leases_key(name: &str) -> String {
 
 impl Store {
     pub fn new(config: LimitsStoreConfig, metrics: &Metrics) -> redis::RedisResult<Store> {
-        Store::with_lease_lifetime(config, metrics, LEASE_LIFETIME)
-    }
-
-    /// A store whose leases live `lease_lifetime` without a refresh (tests shorten it).
-    pub fn with_lease_lifetime(
-        config: LimitsStoreConfig,
-        metrics: &Metrics,
-        lease_lifetime: Duration,
-    ) -> redis::RedisResult<Store> {
         use redis::IntoConnectionInfo;
         let mut info = config.url.as_str().into_connection_info()?;
         if let Some(password) = &config.password {
-            let settings = info.redis_settings().clone().set_password(password.expose());
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.expose());
             info = info.set_redis_settings(settings);
         }
         metrics.limits_store_up.set(1);
@@ -176,7 +175,7 @@ impl Store {
             refreshing: AtomicBool::new(false),
             next_lease: AtomicU64::new(0),
             replica: rand::random(),
-            lease_lifetime,
+            lease_lifetime: config.lease_lifetime,
             recovered: Notify::new(),
             up_gauge: metrics.limits_store_up.clone(),
             errors: metrics.limits_store_errors.clone(),
@@ -207,6 +206,11 @@ impl Store {
         let (until, error) = &*entry;
         let left = until.checked_duration_since(Instant::now())?;
         Some(with_wait(error, left))
+    }
+
+    /// Forgets the refusals of the local gate (a reload may have changed the limits).
+    pub fn forget_refusals(&self) {
+        self.gate.clear();
     }
 
     /// Checks and reserves every limit of `key` for one request of `estimate` tokens.
@@ -250,7 +254,11 @@ impl Store {
         });
         let tokens = match answer[4] {
             1 | 2 => Some(TokenStatus {
-                window: if answer[4] == 1 { Window::Minute } else { Window::Day },
+                window: if answer[4] == 1 {
+                    Window::Minute
+                } else {
+                    Window::Day
+                },
                 limit: answer[5] as u64,
                 remaining: answer[6].max(0) as u64,
                 reset: micros(answer[7]),
@@ -322,7 +330,10 @@ impl Store {
         let kind = match outcome {
             Ok(Ok(value)) => return Some(value),
             Err(_elapsed) => "timeout",
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+            Ok(Err(e)) if e.is_timeout() => "timeout",
+            Ok(Err(e))
+                if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() =>
+            {
                 "connection"
             }
             Ok(Err(_)) => "script",
@@ -368,7 +379,9 @@ impl Store {
                 tick.tick().await;
                 let answered = tokio::time::timeout(store.config.timeout, async {
                     let mut connection = store.connection().await?;
-                    redis::cmd("PING").query_async::<String>(&mut connection).await
+                    redis::cmd("PING")
+                        .query_async::<String>(&mut connection)
+                        .await
                 })
                 .await;
                 if matches!(answered, Ok(Ok(_))) {

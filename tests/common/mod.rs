@@ -7,6 +7,7 @@ pub mod client;
 pub mod gateway;
 pub mod mock;
 pub mod process;
+pub mod redis_server;
 
 pub use client::*;
 pub use gateway::*;

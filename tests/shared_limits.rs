@@ -1,0 +1,395 @@
+//! Limits shared across replicas in a real `redis-server`: three gateway processes admit the
+//! burst once between them, concurrency holds across them and a killed replica's leases
+//! expire, Retry-After is exact on another replica, each `on_error` mode while Redis is
+//! down, recovery after Redis restarts empty, a slow Redis counts as failed, and a reload
+//! changes a limit without resetting usage.
+
+mod common;
+use common::redis_server::RedisServer;
+use common::*;
+use std::time::{Duration, Instant};
+
+const SHARED: &str = "sk-test-shared-0123456789";
+
+/// The standard catalog plus a `limits_store` and a key `shared` with `limits`.
+fn shared_config(upstream: &str, store: &str, limits: &str) -> String {
+    config_with(upstream, &format!("limits_store:\n{store}")).replace(
+        "keys:\n",
+        &format!(
+            "keys:\n  - name: shared\n    sha256: {}\n{limits}\n",
+            key_hash(SHARED)
+        ),
+    )
+}
+
+fn store(redis: &RedisServer, extra: &str) -> String {
+    format!("  url: {}\n{extra}", redis.url())
+}
+
+fn count_statuses(responses: &[Response]) -> (usize, usize) {
+    let ok = responses.iter().filter(|r| r.status == 200).count();
+    let limited = responses.iter().filter(|r| r.status == 429).count();
+    (ok, limited)
+}
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = temp_dir(name);
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_admit_the_burst_once_between_them() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    // 6 per minute: one more every 10 s, so the test sees the burst and at most one more.
+    let text = shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    requests_per_minute: 6\n    burst: 10",
+    );
+    let path = write_config("shared-burst", &text);
+    let env = [("TEST_UPSTREAM_KEY", UPSTREAM_SECRET)];
+    let replicas: Vec<GatewayProcess> =
+        (0..3).map(|_| GatewayProcess::start(&path, &env)).collect();
+    let started = Instant::now();
+    let mut sends = Vec::new();
+    for i in 0..45 {
+        let addr = replicas[i % 3].addr;
+        sends.push(tokio::spawn(async move {
+            chat(addr, SHARED, &chat_body("chat-model")).await
+        }));
+    }
+    let mut responses = Vec::new();
+    for send in sends {
+        responses.push(send.await.unwrap());
+    }
+    let (ok, limited) = count_statuses(&responses);
+    let refills = (started.elapsed().as_secs() / 10) as usize;
+    assert!(
+        (10..=10 + refills + 1).contains(&ok),
+        "the burst of 10 is admitted once across three replicas, not three times: {ok} admitted"
+    );
+    assert_eq!(ok + limited, 45, "every other request is a 429");
+    let refused = responses.iter().find(|r| r.status == 429).unwrap();
+    assert_eq!(refused.error().2, "rate_limit_exceeded");
+    assert_eq!(mock.requests().len(), ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_from_one_replica_is_exact_on_another() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let yaml = shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    requests_per_minute: 120\n    burst: 1",
+    );
+    let clock: std::sync::Arc<dyn sluice::clock::Clock> =
+        std::sync::Arc::new(sluice::clock::MonotonicClock::new());
+    let a = TestGateway::start_with_clock(&yaml, clock.clone()).await;
+    let b = TestGateway::start_with_clock(&yaml, clock).await;
+    assert_eq!(
+        chat(a.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    let refused = chat(b.addr(), SHARED, &chat_body("chat-model")).await;
+    assert_eq!(
+        refused.status, 429,
+        "the other replica knows the burst is used"
+    );
+    let wait: u64 = refused.header("retry-after-ms").unwrap().parse().unwrap();
+    assert!((1..=500).contains(&wait), "half a second at most: {wait}");
+    // The local gate answers the same client without asking Redis, with what is left.
+    let gated = chat(b.addr(), SHARED, &chat_body("chat-model")).await;
+    assert_eq!(gated.status, 429);
+    let left: u64 = gated.header("retry-after-ms").unwrap().parse().unwrap();
+    assert!(left <= wait, "{left} <= {wait}");
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    assert_eq!(
+        chat(a.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200,
+        "a client that waits what one replica said is admitted by another"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_holds_across_replicas_and_a_dead_replicas_leases_expire() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::stream(400, Duration::from_millis(50)));
+    let text = shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n  lease_lifetime: 2s\n"),
+        "    max_concurrent: 4",
+    )
+    .replace("idle_timeout: 1s", "idle_timeout: 5s");
+    let path = write_config("shared-concurrency", &text);
+    let env = [("TEST_UPSTREAM_KEY", UPSTREAM_SECRET)];
+    let replicas: Vec<GatewayProcess> =
+        (0..3).map(|_| GatewayProcess::start(&path, &env)).collect();
+    let body = r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    // Two streams on the first replica, one on each of the others: four in flight.
+    let mut streams = Vec::new();
+    for replica in [0, 0, 1, 2] {
+        let stream = EventStream::open(replicas[replica].addr, SHARED, body).await;
+        assert_eq!(stream.status, 200);
+        streams.push(stream);
+    }
+    for (replica, process) in replicas.iter().enumerate() {
+        let refused = chat(process.addr, SHARED, body).await;
+        assert_eq!(
+            refused.error().2,
+            "concurrency_limit_exceeded",
+            "a fifth stream is refused on replica {replica}"
+        );
+    }
+    // The first replica dies with two streams: its leases stay until they expire.
+    replicas[0].signal("KILL");
+    let refused_at = Instant::now();
+    assert_eq!(chat(replicas[1].addr, SHARED, body).await.status, 429);
+    // Leases live 2 s without a refresh; the live replicas keep theirs refreshed.
+    let mut admitted = None;
+    while refused_at.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let stream = EventStream::open(replicas[1].addr, SHARED, body).await;
+        if stream.status == 200 {
+            admitted = Some(refused_at.elapsed());
+            streams.push(stream);
+            break;
+        }
+    }
+    let after = admitted.expect("the dead replica's leases expired");
+    assert!(
+        after >= Duration::from_millis(1500),
+        "not before the lease lifetime: {after:?}"
+    );
+    let stream = EventStream::open(replicas[2].addr, SHARED, body).await;
+    assert_eq!(
+        stream.status, 200,
+        "both of the dead replica's slots are free again"
+    );
+    let refused = chat(replicas[2].addr, SHARED, body).await;
+    assert_eq!(refused.status, 429, "and the limit holds at four again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_on_error_mode_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let limits = "    requests_per_minute: 60\n    burst: 4";
+    let local = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  on_error: local\n  expected_replicas: 2\n"),
+        limits,
+    ))
+    .await;
+    let open = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  on_error: open\n"),
+        limits,
+    ))
+    .await;
+    let closed = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  on_error: closed\n"),
+        limits,
+    ))
+    .await;
+    for gw in [&local, &open, &closed] {
+        assert_eq!(
+            chat(gw.addr(), SHARED, &chat_body("chat-model"))
+                .await
+                .status,
+            200
+        );
+    }
+    redis.kill();
+
+    // local: this replica's share of the burst, 4 / 2 (the request that found the store
+    // dead is the first of them).
+    let statuses: Vec<u16> = futures_statuses(&local, 4).await;
+    assert_eq!(
+        statuses,
+        [200, 200, 429, 429],
+        "half the burst in this process"
+    );
+    // open: no limits at all.
+    assert_eq!(futures_statuses(&open, 6).await, [200; 6]);
+    // closed: 503 limits_unavailable, with a Retry-After.
+    let refused = chat(closed.addr(), SHARED, &chat_body("chat-model")).await;
+    assert_eq!(
+        refused.error(),
+        (
+            503,
+            "server_error".into(),
+            "limits_unavailable".into(),
+            serde_json::Value::Null
+        )
+    );
+    assert!(refused.header("retry-after").is_some());
+    for gw in [&local, &open, &closed] {
+        assert_eq!(gw.metric("sluice_limits_store_up"), 0.0);
+        let errors: f64 = ["timeout", "connection"]
+            .iter()
+            .map(|kind| {
+                gw.metric(&format!(
+                    r#"sluice_limits_store_errors_total{{kind="{kind}"}}"#
+                ))
+            })
+            .sum();
+        assert!(errors >= 1.0, "the failed call is counted");
+        let ready = get(gw.admin(), "/readyz", None).await;
+        assert_eq!(
+            ready.status, 200,
+            "a store that is down does not make the gateway unready"
+        );
+        assert_eq!(ready.json()["limits_store"]["state"], "down");
+    }
+}
+
+/// Statuses of `count` requests sent one after another.
+async fn futures_statuses(gw: &TestGateway, count: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..count {
+        statuses.push(
+            chat(gw.addr(), SHARED, &chat_body("chat-model"))
+                .await
+                .status,
+        );
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_limits_resume_after_redis_restarts_empty() {
+    let mut redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let gw = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    requests_per_minute: 60\n    burst: 100",
+    ))
+    .await;
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    redis.kill();
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200,
+        "admitted by the local fallback"
+    );
+    let store = gw.gateway().limits_store.clone().expect("a store");
+    assert!(!store.is_up());
+    // Back, empty: no data, and no loaded script.
+    redis.restart();
+    tokio::time::timeout(Duration::from_secs(10), store.recovered())
+        .await
+        .expect("the probe finds the store again");
+    assert_eq!(gw.metric("sluice_limits_store_up"), 1.0);
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    let mut client = redis.client().await;
+    let tat: Option<String> = ::redis::cmd("GET")
+        .arg("sluice:{shared}:requests")
+        .query_async(&mut client)
+        .await
+        .unwrap();
+    assert!(
+        tat.is_some(),
+        "the request was decided in Redis again, script reloaded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_slower_than_the_timeout_counts_as_failed() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let gw = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 50ms\n"),
+        "    requests_per_minute: 600",
+    ))
+    .await;
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    // Redis holds every client's commands for 600 ms from the moment it says OK: the next
+    // admission's call cannot answer within 50 ms.
+    let mut client = redis.client().await;
+    let _: String = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("ALL")
+        .query_async(&mut client)
+        .await
+        .unwrap();
+    let response = chat(gw.addr(), SHARED, &chat_body("chat-model")).await;
+    assert_eq!(response.status, 200, "admitted by on_error: local");
+    assert_eq!(
+        gw.metric(r#"sluice_limits_store_errors_total{kind="timeout"}"#),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_a_shared_limit_without_resetting_usage() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::json(
+        200,
+        r#"{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":100}}"#,
+    ));
+    let yaml = shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    requests_per_minute: 1\n    burst: 2\n    tokens_per_minute: 100000",
+    );
+    let gw = TestGateway::start(&yaml).await;
+    for _ in 0..2 {
+        let response = chat(gw.addr(), SHARED, &chat_body("chat-model")).await;
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("x-ratelimit-limit-tokens"), Some("100000"));
+    }
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        429
+    );
+    let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
+    let config =
+        sluice::config::parse("t.yaml", &yaml.replace("burst: 2", "burst: 3"), None, &env).unwrap();
+    gw.gateway()
+        .swap_catalog(sluice::catalog::Catalog::build(&config, 2));
+    // The reload also clears the local gate: the new limit applies at once.
+    let statuses = futures_statuses(&gw, 2).await;
+    assert_eq!(
+        statuses,
+        [200, 429],
+        "one more for the larger burst; the two used still count"
+    );
+}
