@@ -44,7 +44,7 @@ use crate::route::{route, Route};
 use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
-use context::Failure;
+use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{log_request, record_error, settle_tokens};
@@ -219,8 +219,8 @@ impl Proxy {
         ctx.key = Some(Arc::clone(&key));
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         self.admit(ctx, &catalog, &key)?;
-        if !matches!(route, Route::Create(_)) {
-            // Nothing to estimate: shared limits are decided now (no-op otherwise).
+        if matches!(ctx.limits, LimitMode::Shared) && !matches!(route, Route::Create(_)) {
+            // Nothing to estimate: the shared store decides the key's limits now.
             self.admit_tokens(ctx, &key, 0).await?;
         }
 
