@@ -17,6 +17,7 @@ mod provider;
 mod raw;
 mod retry_on;
 mod server;
+mod tracing;
 mod upstream;
 mod values;
 
@@ -108,6 +109,25 @@ pub struct Config {
     pub metric_labels: Vec<String>,
     /// What a valid configuration probably got wrong, in file order.
     pub warnings: Vec<ConfigWarning>,
+    /// `tracing:`: traces exported over OTLP; `None` (the section absent) traces nothing.
+    pub tracing: Option<TracingConfig>,
+}
+
+/// `tracing:`: where the gateway's traces go, and which requests are traced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP traces URL (`http://collector:4318/v1/traces`).
+    pub otlp_endpoint: http::Uri,
+    /// `service.name` of every span.
+    pub service_name: String,
+    /// The share of traces started here that are recorded, 0 to 1. A trusted incoming
+    /// parent's decision is followed instead.
+    pub sample_ratio: f64,
+    /// Sent with every export (a collector's credentials): values are redacted.
+    pub headers: Vec<(http::HeaderName, Secret)>,
+    /// An incoming `traceparent` becomes the parent of the request's span; `false` links
+    /// it instead, and the request starts a trace of its own.
+    pub trust_incoming: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -353,6 +373,7 @@ pub fn parse_with(
     };
     // Section by section: the errors come out in this order.
     let settings = server::settings(&mut errors, &parsed);
+    let tracing = tracing::tracing(&mut errors, parsed.raw.tracing.as_ref());
     // A list that could not be read was reported; what refers to it is not checked.
     let upstreams_readable = !parsed.unreadable("upstreams");
     let keys_readable = !parsed.unreadable("keys");
@@ -383,5 +404,7 @@ pub fn parse_with(
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
-    Ok(settings.into_config(upstreams, models, keys, metric_labels, errors.warnings))
+    let mut config = settings.into_config(upstreams, models, keys, metric_labels, errors.warnings);
+    config.tracing = tracing;
+    Ok(config)
 }

@@ -47,12 +47,13 @@ use async_trait::async_trait;
 use context::{Failure, InFlight};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
-use outcome::{log_request, record_error, settle_tokens};
+use outcome::{finish_trace, log_request, record_error, settle_tokens};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
-use std::time::Duration;
+use crate::telemetry::RequestStart;
+use std::time::{Duration, SystemTime};
 use stored::stored_at;
 
 /// The pingora application: one per gateway, sharing [`Gateway`].
@@ -185,6 +186,7 @@ impl ProxyHttp for Proxy {
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
         settle_tokens(&self.gateway, e, ctx);
         log_request(&self.gateway, session, e, ctx);
+        finish_trace(e, ctx);
     }
 }
 
@@ -198,6 +200,15 @@ impl Proxy {
             request.headers.get("x-request-id").map(|v| v.as_bytes()),
         );
         log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
+        if let Some(telemetry) = &self.gateway.telemetry {
+            ctx.trace = Some(telemetry.request(RequestStart {
+                headers: &request.headers,
+                method: request.method.as_str(),
+                path: request.uri.path(),
+                request_id: &ctx.request_id,
+                started: SystemTime::now() - ctx.started.elapsed(),
+            }));
+        }
 
         // 1. Host, then route.
         if !catalog.host_allowed(request_host(session)) {
@@ -371,6 +382,7 @@ impl Proxy {
             rewrites_ids: endpoint.kind == EndpointType::Responses,
             inject_usage: read.usage_unasked(endpoint.kind),
             fallbacks,
+            operation: endpoint.kind.operation(),
         };
         self.deliver(session, ctx, catalog, destination).await
     }
@@ -417,6 +429,7 @@ impl Proxy {
             rewrites_ids,
             inject_usage,
             fallbacks,
+            operation,
         } = destination;
         let models: Vec<&Model> = std::iter::once(requested)
             .chain(fallbacks.iter().map(|m| m.as_ref()))
@@ -439,6 +452,8 @@ impl Proxy {
                 retry_attempts: catalog.retry_attempts,
                 retry_backoff: catalog.retry_backoff,
                 fallback_follows: tried + 1 < models.len(),
+                trace: ctx.trace.as_ref(),
+                operation,
             };
             let dispatched =
                 upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
@@ -489,4 +504,6 @@ struct Destination<'a> {
     inject_usage: bool,
     /// The models that take the request, in order, if `model` cannot serve it.
     fallbacks: Vec<&'a Arc<Model>>,
+    /// `gen_ai.operation.name` of its upstream attempts.
+    operation: &'static str,
 }

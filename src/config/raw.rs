@@ -28,6 +28,7 @@ pub(super) struct RawConfig {
     pub(super) echo_upstream: Option<RawEcho>,
     pub(super) keys_file: Option<String>,
     pub(super) metric_labels: Option<Vec<String>>,
+    pub(super) tracing: Option<RawTracing>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -48,6 +49,17 @@ pub(super) enum RawSize {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawEcho {
     pub(super) listen: String,
+}
+
+/// `tracing:` (validated in `tracing.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    pub(super) otlp_endpoint: Option<String>,
+    pub(super) service_name: Option<String>,
+    pub(super) sample_ratio: Option<f64>,
+    pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) trust_incoming: Option<bool>,
 }
 
 #[derive(Deserialize)]

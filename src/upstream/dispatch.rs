@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
-use super::request::{request_header, upstream_path, upstream_target};
+use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::Upstreams;
 use crate::catalog::{Model, Upstream};
@@ -15,6 +15,7 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
+use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
@@ -46,6 +47,11 @@ pub struct Dispatch<'a> {
     /// A fallback model follows this one: an answer `retry_on` names is held back even
     /// when no other target is left, and the delivery ends [`Delivery::Unserved`].
     pub fallback_follows: bool,
+    /// The request's server span, when tracing is configured: each attempt gets a client
+    /// span under it.
+    pub trace: Option<&'a RequestTrace>,
+    /// `gen_ai.operation.name` of the attempts.
+    pub operation: &'static str,
 }
 
 /// A stored response a request names (the Responses API).
@@ -168,14 +174,31 @@ async fn attempts(
         };
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, &dispatch.path, query);
-        let header = match request_header(
+        let attempt = dispatch.trace.map(|trace| {
+            trace.attempt(AttemptStart {
+                operation: dispatch.operation,
+                request_model: name.unwrap_or(model.id.as_str()),
+                upstream: &upstream.name,
+                server: &upstream.host_header,
+                number: resends + 1,
+            })
+        });
+        let header = request_header(
             session.req_header(),
             upstream,
             &path,
             dispatch.request_id,
             body.len(),
             client_address.as_deref(),
-        ) {
+        )
+        .and_then(|mut header| match &attempt {
+            Some(attempt) => {
+                set_trace_context(&mut header, &attempt.upstream_headers())?;
+                Ok(header)
+            }
+            None => Ok(header),
+        });
+        let header = match header {
             Ok(header) => header,
             Err(e) => {
                 log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
@@ -237,6 +260,9 @@ async fn attempts(
         measured.usage = None;
         let outcome = exchange(session, upstreams, metrics, call, measured).await;
         drop((slot, in_flight));
+        if let Some(attempt) = attempt {
+            finish_attempt(attempt, &outcome, measured);
+        }
 
         count_error(metrics, upstream, &outcome);
         let (effect, next) = verdict(&outcome, &upstream.policy.retry_on, onward);
@@ -254,6 +280,26 @@ async fn attempts(
         resends += 1;
         tokio::time::sleep(backoff(dispatch.retry_backoff, resends)).await;
     }
+}
+
+/// Ends an attempt's client span with what came of it.
+fn finish_attempt(attempt: AttemptTrace, outcome: &Outcome, measured: &Exchange) {
+    let (status, error, handed_back) = match outcome {
+        Outcome::Answered { status, .. } => (Some(*status), None, false),
+        Outcome::HandedBack { status, .. } => (Some(*status), None, true),
+        Outcome::Failed { error, .. } | Outcome::Cut { error, .. } => {
+            (measured.status, Some(error.code()), false)
+        }
+        Outcome::ClientGone(_) => (measured.status, Some("client_disconnected"), false),
+    };
+    attempt.finish(AttemptEnd {
+        status,
+        error,
+        usage: measured.usage,
+        time_to_first_chunk: measured.ttfb.filter(|_| status.is_some()),
+        response_model: None,
+        handed_back,
+    });
 }
 
 /// What the client saw of an attempt that is returned.
