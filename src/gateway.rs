@@ -5,8 +5,8 @@
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
-use crate::limits::Limiter;
 use crate::config::TracingConfig;
+use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Availability, CheckContext, Upstreams};

@@ -41,6 +41,7 @@ use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::route::{route, Route};
+use crate::telemetry::RequestStart;
 use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
@@ -52,7 +53,6 @@ use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
-use crate::telemetry::RequestStart;
 use std::time::{Duration, SystemTime};
 use stored::stored_at;
 

@@ -99,7 +99,10 @@ impl Telemetry {
             .span_context()
             .clone();
         let (parent, links) = match (incoming.is_valid(), self.trust_incoming) {
-            (true, true) => (Context::new().with_remote_span_context(incoming), Vec::new()),
+            (true, true) => (
+                Context::new().with_remote_span_context(incoming),
+                Vec::new(),
+            ),
             (true, false) => (Context::new(), vec![Link::with_context(incoming)]),
             (false, _) => (Context::new(), Vec::new()),
         };
@@ -116,6 +119,14 @@ impl Telemetry {
             ])
             .start_with_context(&self.tracer, &parent);
         RequestTrace::new(span, self.tracer.clone(), self.propagator.clone())
+    }
+
+    /// Sends every span ended so far, and waits until the collector took them or the
+    /// export failed. Blocks: for tests and tools, never on the request path.
+    pub fn flush(&self) {
+        if let Err(e) = self.provider.force_flush() {
+            log::warn!(target: "sluice::telemetry", error:% = e; "traces not flushed");
+        }
     }
 
     /// Sends what is queued, waiting at most a few seconds: at shutdown.

@@ -60,7 +60,10 @@ pub(super) fn tracing(errors: &mut Errors, raw: Option<&RawTracing>) -> Option<T
 fn endpoint(errors: &mut Errors, text: Option<&str>) -> Option<Uri> {
     const AT: &str = "tracing.otlp_endpoint";
     let Some(text) = text else {
-        errors.push(AT, "is required (the collector's OTLP/HTTP URL, such as http://otel-collector:4318)");
+        errors.push(
+            AT,
+            "is required (the collector's OTLP/HTTP URL, such as http://otel-collector:4318)",
+        );
         return None;
     };
     let uri: Uri = match text.parse() {
@@ -105,7 +108,10 @@ mod tests {
         assert_eq!(config.otlp_endpoint, "http://collector:4318/v1/traces");
         assert_eq!(config.service_name, "sluice");
         assert_eq!(config.sample_ratio, 1.0);
-        assert!(config.trust_incoming, "an incoming parent is trusted by default");
+        assert!(
+            config.trust_incoming,
+            "an incoming parent is trusted by default"
+        );
         let written = tracing(&mut errors, Some(&raw("http://c:4318/custom/path"))).unwrap();
         assert_eq!(written.otlp_endpoint, "http://c:4318/custom/path");
         assert!(errors.list.is_empty(), "no errors: {:?}", errors.list);
@@ -122,9 +128,9 @@ mod tests {
         assert_eq!(
             paths,
             [
-                "tracing.otlp_endpoint",
-                "tracing.sample_ratio",
-                "tracing.headers.bad name"
+                "test.yaml: tracing.otlp_endpoint",
+                "test.yaml: tracing.sample_ratio",
+                "test.yaml: tracing.headers.bad name"
             ]
         );
     }

@@ -89,7 +89,13 @@ fn parse_answer(answer: &[u8]) -> Result<Response<Bytes>, HttpError> {
         .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        });
     let rest = &answer[head_len..];
     let body = match length {
         Some(length) => &rest[..length.min(rest.len())],

@@ -149,7 +149,10 @@ impl AttemptTrace {
     pub fn finish(mut self, end: AttemptEnd<'_>) {
         let span = &mut self.span;
         if let Some(status) = end.status {
-            span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
         }
         if let Some(model) = end.response_model {
             span.set_attribute(KeyValue::new("gen_ai.response.model", model.to_owned()));

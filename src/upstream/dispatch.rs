@@ -254,10 +254,12 @@ async fn attempts(
                     .collect();
                 IdRewrite::new(&model.id, &upstream.name, &known)
             }),
+            read_model: attempt.is_some(),
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;
         measured.usage = None;
+        measured.response_model = None;
         let outcome = exchange(session, upstreams, metrics, call, measured).await;
         drop((slot, in_flight));
         if let Some(attempt) = attempt {
@@ -297,7 +299,7 @@ fn finish_attempt(attempt: AttemptTrace, outcome: &Outcome, measured: &Exchange)
         error,
         usage: measured.usage,
         time_to_first_chunk: measured.ttfb.filter(|_| status.is_some()),
-        response_model: None,
+        response_model: measured.response_model.as_deref(),
         handed_back,
     });
 }

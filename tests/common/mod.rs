@@ -6,9 +6,11 @@
 pub mod client;
 pub mod gateway;
 pub mod mock;
+pub mod otlp;
 pub mod process;
 
 pub use client::*;
 pub use gateway::*;
 pub use mock::*;
+pub use otlp::*;
 pub use process::*;
