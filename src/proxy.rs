@@ -338,7 +338,8 @@ impl Proxy {
             }
             BodyKind::Multipart => {
                 let boundary = multipart::boundary(content_type)?;
-                let (spool, form) = read_form(session, &boundary, limit, deadline).await?;
+                let (spool, form) =
+                    read_form(session, &boundary, limit, deadline, &ctx.request_id).await?;
                 Read::Form(Arc::new(spool), form)
             }
         };
