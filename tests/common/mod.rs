@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod mock;
 pub mod otlp;
 pub mod process;
+pub mod promql;
 
 pub use client::*;
 pub use gateway::*;
