@@ -218,6 +218,9 @@ impl Proxy {
             .into());
         }
         let route = route(&request.method, request.uri.path())?;
+        if let Some(trace) = &mut ctx.trace {
+            trace.set_route(request.method.as_str(), &route.template());
+        }
         // 2. Bearer key.
         let authorization = request.headers.get("authorization").map(|v| v.as_bytes());
         let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {

@@ -106,9 +106,10 @@ impl Telemetry {
             (true, false) => (Context::new(), vec![Link::with_context(incoming)]),
             (false, _) => (Context::new(), Vec::new()),
         };
+        // Named `{method} {route}` once the route is known (`RequestTrace::set_route`).
         let span = self
             .tracer
-            .span_builder(format!("{} {}", start.method, start.path))
+            .span_builder(start.method.to_owned())
             .with_kind(SpanKind::Server)
             .with_start_time(start.started)
             .with_links(links)

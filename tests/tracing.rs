@@ -386,6 +386,26 @@ async fn sampling_at_zero_exports_nothing_but_still_propagates() {
     );
 }
 
+#[test]
+fn the_tracing_section_is_checked_with_its_paths() {
+    let env = |_: &str| None;
+    let yaml = "tracing:\n  otlp_endpoint: http://c:4318\n  sample_rate: 1\n";
+    let errors = sluice::config::parse("t.yaml", yaml, None, &env).unwrap_err();
+    assert!(
+        errors.to_string().contains("tracing") && errors.to_string().contains("sample_rate"),
+        "an unknown field of tracing: is an error naming it: {errors}"
+    );
+    let yaml = "tracing:\n  otlp_endpoint: ftp://c\n  sample_ratio: -1\n";
+    let errors = sluice::config::parse("t.yaml", yaml, None, &env).unwrap_err();
+    let text = errors.to_string();
+    assert!(
+        text.contains("tracing.otlp_endpoint") && text.contains("tracing.sample_ratio"),
+        "{text}"
+    );
+    let absent = sluice::config::parse("t.yaml", "listen: 127.0.0.1:0\n", None, &env).unwrap();
+    assert_eq!(absent.tracing, None, "no section, no tracing");
+}
+
 /// Median time of `count` chat requests, every status checked.
 async fn median_latency(gw: &TestGateway, count: usize) -> Duration {
     let mut times = Vec::with_capacity(count);

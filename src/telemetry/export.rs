@@ -12,7 +12,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ enum Message {
 #[derive(Debug)]
 pub(super) struct ExportQueue {
     /// `None` once shut down: the thread then sends what is left and stops.
-    sender: Mutex<Option<SyncSender<Message>>>,
+    sender: RwLock<Option<SyncSender<Message>>>,
     done: Mutex<Option<Receiver<()>>>,
     dropped: IntCounter,
 }
@@ -58,7 +58,7 @@ impl ExportQueue {
                 let _ = finished.send(());
             })?;
         Ok(ExportQueue {
-            sender: Mutex::new(Some(sender)),
+            sender: RwLock::new(Some(sender)),
             done: Mutex::new(Some(done)),
             dropped,
         })
@@ -66,7 +66,7 @@ impl ExportQueue {
 
     fn sender(&self) -> Option<SyncSender<Message>> {
         self.sender
-            .lock()
+            .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
@@ -75,9 +75,10 @@ impl ExportQueue {
 impl SpanProcessor for ExportQueue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
-    /// On the request's thread: never waits.
+    /// On the request's thread: never waits (the lock is only written at shutdown).
     fn on_end(&self, span: SpanData) {
-        let sent = match self.sender() {
+        let sender = self.sender.read().unwrap_or_else(|p| p.into_inner());
+        let sent = match sender.as_ref() {
             Some(sender) => sender.try_send(Message::Span(Box::new(span))),
             None => Err(TrySendError::Disconnected(Message::Span(Box::new(span)))),
         };
@@ -101,7 +102,7 @@ impl SpanProcessor for ExportQueue {
         // Dropping the sender lets the thread send what is queued, then stop.
         if self
             .sender
-            .lock()
+            .write()
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .is_none()

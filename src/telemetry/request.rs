@@ -75,6 +75,14 @@ impl RequestTrace {
         self.span.span_context().trace_id().to_string()
     }
 
+    /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
+    /// names stay few whatever IDs the paths carry.
+    pub fn set_route(&mut self, method: &str, route: &str) {
+        self.span.update_name(format!("{method} {route}"));
+        self.span
+            .set_attribute(KeyValue::new("http.route", route.to_owned()));
+    }
+
     /// Starts the client span of one upstream attempt.
     pub fn attempt(&self, start: AttemptStart<'_>) -> AttemptTrace {
         let parent = Context::new().with_remote_span_context(self.span.span_context().clone());

@@ -174,31 +174,14 @@ async fn attempts(
         };
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, &dispatch.path, query);
-        let attempt = dispatch.trace.map(|trace| {
-            trace.attempt(AttemptStart {
-                operation: dispatch.operation,
-                request_model: name.unwrap_or(model.id.as_str()),
-                upstream: &upstream.name,
-                server: &upstream.host_header,
-                number: resends + 1,
-            })
-        });
-        let header = request_header(
+        let mut header = match request_header(
             session.req_header(),
             upstream,
             &path,
             dispatch.request_id,
             body.len(),
             client_address.as_deref(),
-        )
-        .and_then(|mut header| match &attempt {
-            Some(attempt) => {
-                set_trace_context(&mut header, &attempt.upstream_headers())?;
-                Ok(header)
-            }
-            None => Ok(header),
-        });
-        let header = match header {
+        ) {
             Ok(header) => header,
             Err(e) => {
                 log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
@@ -223,6 +206,23 @@ async fn attempts(
                 .upstream_queue
                 .with_label_values(&[&upstream.name])
                 .observe(slot.queued.as_secs_f64());
+        }
+        // The attempt's span starts with the exchange (a wait for a slot shows as a gap in
+        // the request's span), and the upstream is told it is the parent.
+        let attempt = dispatch.trace.map(|trace| {
+            trace.attempt(AttemptStart {
+                operation: dispatch.operation,
+                request_model: name.unwrap_or(model.id.as_str()),
+                upstream: &upstream.name,
+                server: &upstream.host_header,
+                number: resends + 1,
+            })
+        });
+        if let Some(attempt) = &attempt {
+            if let Err(e) = set_trace_context(&mut header, &attempt.upstream_headers()) {
+                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
+                return Delivery::Refused(RequestError::Internal);
+            }
         }
         let in_flight = upstreams.start_request(
             &upstream.name,
