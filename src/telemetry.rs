@@ -18,7 +18,9 @@ use crate::config::TracingConfig;
 use collector::CollectorClient;
 use export::ExportQueue;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Link, SpanKind, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::trace::{
+    Link, Span as _, SpanKind, TraceContextExt, Tracer, TracerProvider as _,
+};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -107,18 +109,21 @@ impl Telemetry {
             (false, _) => (Context::new(), Vec::new()),
         };
         // Named `{method} {route}` once the route is known (`RequestTrace::set_route`).
-        let span = self
+        let mut span = self
             .tracer
             .span_builder(start.method.to_owned())
             .with_kind(SpanKind::Server)
             .with_start_time(start.started)
             .with_links(links)
-            .with_attributes([
+            .start_with_context(&self.tracer, &parent);
+        // Only a sampled span's attributes are ever read: an unsampled request builds none.
+        if span.is_recording() {
+            span.set_attributes([
                 KeyValue::new("http.request.method", start.method.to_owned()),
                 KeyValue::new("url.path", start.path.to_owned()),
                 KeyValue::new("sluice.request_id", start.request_id.to_owned()),
-            ])
-            .start_with_context(&self.tracer, &parent);
+            ]);
+        }
         RequestTrace::new(span, self.tracer.clone(), self.propagator.clone())
     }
 

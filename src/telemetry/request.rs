@@ -78,6 +78,9 @@ impl RequestTrace {
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
     /// names stay few whatever IDs the paths carry.
     pub fn set_route(&mut self, method: &str, route: &str) {
+        if !self.span.is_recording() {
+            return;
+        }
         self.span.update_name(format!("{method} {route}"));
         self.span
             .set_attribute(KeyValue::new("http.route", route.to_owned()));
@@ -86,6 +89,19 @@ impl RequestTrace {
     /// Starts the client span of one upstream attempt.
     pub fn attempt(&self, start: AttemptStart<'_>) -> AttemptTrace {
         let parent = Context::new().with_remote_span_context(self.span.span_context().clone());
+        if !self.span.is_recording() {
+            // Not sampled, and so neither is the attempt: it only needs its IDs, for the
+            // upstream's `traceparent`.
+            let span = self
+                .tracer
+                .span_builder("attempt")
+                .with_kind(SpanKind::Client)
+                .start_with_context(&self.tracer, &parent);
+            return AttemptTrace {
+                span,
+                propagator: self.propagator.clone(),
+            };
+        }
         let (address, port) = host_and_port(start.server);
         let mut attributes = vec![
             KeyValue::new("gen_ai.operation.name", start.operation.to_owned()),
@@ -112,6 +128,9 @@ impl RequestTrace {
     /// Ends the server span with the request's outcome.
     pub fn finish(&mut self, end: RequestEnd<'_>) {
         let span = &mut self.span;
+        if !span.is_recording() {
+            return;
+        }
         span.set_attribute(KeyValue::new(
             "http.response.status_code",
             i64::from(end.status),
@@ -145,6 +164,11 @@ pub struct AttemptTrace {
 }
 
 impl AttemptTrace {
+    /// Whether the attempt is sampled: what it records is exported.
+    pub fn is_recording(&self) -> bool {
+        self.span.is_recording()
+    }
+
     /// `traceparent` (and `tracestate`, if any) naming this attempt, for the upstream.
     pub fn upstream_headers(&self) -> Vec<(&'static str, String)> {
         let context = Context::new().with_remote_span_context(self.span.span_context().clone());
@@ -156,6 +180,9 @@ impl AttemptTrace {
     /// Ends the span with the attempt's outcome.
     pub fn finish(mut self, end: AttemptEnd<'_>) {
         let span = &mut self.span;
+        if !span.is_recording() {
+            return;
+        }
         if let Some(status) = end.status {
             span.set_attribute(KeyValue::new(
                 "http.response.status_code",

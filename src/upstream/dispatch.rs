@@ -254,7 +254,7 @@ async fn attempts(
                     .collect();
                 IdRewrite::new(&model.id, &upstream.name, &known)
             }),
-            read_model: attempt.is_some(),
+            read_model: attempt.as_ref().is_some_and(AttemptTrace::is_recording),
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;
