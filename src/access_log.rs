@@ -14,6 +14,9 @@ pub struct AccessRecord<'a> {
     pub ts: String,
     pub environment: &'a str,
     pub request_id: &'a str,
+    /// The request's trace, when tracing is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     pub method: &'a str,
     pub path: &'a str,
     pub host: &'a str,

@@ -18,6 +18,7 @@ mod raw;
 mod retry_on;
 mod server;
 mod store;
+mod tracing;
 mod upstream;
 mod values;
 
@@ -111,6 +112,8 @@ pub struct Config {
     pub warnings: Vec<ConfigWarning>,
     /// Where limits shared by every replica live; `None`: in this process.
     pub limits_store: Option<LimitsStoreConfig>,
+    /// `tracing:`: traces exported over OTLP; `None` (the section absent) traces nothing.
+    pub tracing: Option<TracingConfig>,
 }
 
 /// `limits_store`: the Redis (or Valkey) that holds the limits every replica shares.
@@ -138,6 +141,23 @@ pub enum OnStoreError {
     Open,
     /// Refuse with 503 `limits_unavailable`.
     Closed,
+}
+
+/// `tracing:`: where the gateway's traces go, and which requests are traced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP traces URL (`http://collector:4318/v1/traces`).
+    pub otlp_endpoint: http::Uri,
+    /// `service.name` of every span.
+    pub service_name: String,
+    /// The share of traces started here that are recorded, 0 to 1. A trusted incoming
+    /// parent's decision is followed instead.
+    pub sample_ratio: f64,
+    /// Sent with every export (a collector's credentials): values are redacted.
+    pub headers: Vec<(http::HeaderName, Secret)>,
+    /// An incoming `traceparent` becomes the parent of the request's span; `false` links
+    /// it instead, and the request starts a trace of its own.
+    pub trust_incoming: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -383,6 +403,7 @@ pub fn parse_with(
     };
     // Section by section: the errors come out in this order.
     let settings = server::settings(&mut errors, &parsed);
+    let tracing = tracing::tracing(&mut errors, parsed.raw.tracing.as_ref());
     // A list that could not be read was reported; what refers to it is not checked.
     let upstreams_readable = !parsed.unreadable("upstreams");
     let keys_readable = !parsed.unreadable("keys");
@@ -416,5 +437,6 @@ pub fn parse_with(
     }
     let mut config = settings.into_config(upstreams, models, keys, metric_labels, errors.warnings);
     config.limits_store = limits_store;
+    config.tracing = tracing;
     Ok(config)
 }

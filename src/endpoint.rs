@@ -41,6 +41,20 @@ impl EndpointType {
         }
     }
 
+    /// `gen_ai.operation.name` of a request to an upstream (the GenAI conventions' name
+    /// where they have one: `chat`, `text_completion`, `embeddings`).
+    pub fn operation(self) -> &'static str {
+        match self {
+            EndpointType::Chat | EndpointType::Responses => "chat",
+            EndpointType::Completions => "text_completion",
+            EndpointType::Embeddings => "embeddings",
+            EndpointType::Rerank => "rerank",
+            EndpointType::AudioTranscription => "transcription",
+            EndpointType::AudioSpeech => "speech",
+            EndpointType::Moderation => "moderation",
+        }
+    }
+
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }

@@ -5,8 +5,10 @@
 use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
+use crate::config::TracingConfig;
 use crate::limits::{Limiter, Store};
 use crate::metrics::Metrics;
+use crate::telemetry::Telemetry;
 use crate::upstream::{Availability, CheckContext, Upstreams};
 use arc_swap::ArcSwap;
 use std::collections::HashSet;
@@ -26,6 +28,8 @@ pub struct Gateway {
     pub wall_clock: Arc<dyn WallClock>,
     /// Limits shared with every replica (`limits_store`), set from the first catalog.
     pub limits_store: Option<Arc<Store>>,
+    /// The tracer, when `tracing:` is configured (fixed until restart).
+    pub telemetry: Option<Telemetry>,
     draining: AtomicBool,
 }
 
@@ -49,6 +53,7 @@ impl Gateway {
             metrics,
             access_log,
             wall_clock: Arc::new(SystemWallClock),
+            telemetry: None,
             draining: AtomicBool::new(false),
         }
     }
@@ -58,6 +63,15 @@ impl Gateway {
     pub fn with_wall_clock(mut self, wall_clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = wall_clock;
         self
+    }
+
+    /// The same gateway, tracing requests as `tracing` says (nothing when it is `None`).
+    pub fn with_tracing(mut self, tracing: Option<&TracingConfig>) -> Result<Self, String> {
+        if let Some(config) = tracing {
+            let dropped = self.metrics.trace_spans_dropped.clone();
+            self.telemetry = Some(Telemetry::start(config, dropped)?);
+        }
+        Ok(self)
     }
 
     /// The snapshot a request uses from start to end.

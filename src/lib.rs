@@ -29,6 +29,7 @@ pub mod route;
 pub mod secret;
 pub mod server;
 pub mod spool;
+pub mod telemetry;
 pub mod transport;
 pub mod upstream;
 pub mod usage;

@@ -223,11 +223,14 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
-    let gateway = Arc::new(Gateway::new(
+    let gateway = Gateway::new(
         catalog,
         Arc::new(MonotonicClock::new()),
         AccessLog::stdout(),
-    ));
+    )
+    .with_tracing(config.tracing.as_ref())
+    .map_err(std::io::Error::other)?;
+    let gateway = Arc::new(gateway);
     let running = sluice::server::start(&config, Arc::clone(&gateway)).await?;
     // The watcher's first look at the files comes before "listening": a change written
     // once the gateway says it is up is always seen as a change.
@@ -264,6 +267,9 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     log::info!(target: "sluice", in_flight, grace_ms = grace.as_millis() as u64; "draining");
     let abandoned = running.shutdown(grace).await;
     gateway.access_log.flush();
+    if let Some(telemetry) = &gateway.telemetry {
+        telemetry.shutdown();
+    }
     log::info!(target: "sluice", abandoned; "stopped");
     Ok(())
 }

@@ -5,8 +5,8 @@ use crate::catalog::Key;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::sync::{Arc, Mutex};
 
@@ -58,6 +58,8 @@ pub struct Metrics {
     pub limits_store_duration: Histogram,
     pub upstream_health_checks: IntCounterVec,
     pub access_log_dropped: IntGauge,
+    /// Spans not exported: the export queue was full, or their export failed.
+    pub trace_spans_dropped: IntCounter,
     pub config_generation: IntGauge,
     pub config_last_success: IntGauge,
     pub key_expiry: IntGaugeVec,
@@ -254,6 +256,11 @@ impl Metrics {
             "Access log lines dropped since start because stdout did not keep up (set at scrape time).",
         )
         .expect("valid metric");
+        let trace_spans_dropped = IntCounter::new(
+            "sluice_trace_spans_dropped_total",
+            "Trace spans not exported: the export queue was full (the collector down or slow) or their export failed.",
+        )
+        .expect("valid metric");
         let key_expiry = IntGaugeVec::new(
             Opts::new(
                 "sluice_key_expiry_timestamp_seconds",
@@ -300,6 +307,7 @@ impl Metrics {
             Box::new(limits_store_duration.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
+            Box::new(trace_spans_dropped.clone()),
             Box::new(key_expiry.clone()),
             Box::new(key_info.clone()),
             Box::new(build_info),
@@ -334,6 +342,7 @@ impl Metrics {
             limits_store_duration,
             upstream_health_checks,
             access_log_dropped,
+            trace_spans_dropped,
             key_expiry,
             key_info,
         }

@@ -41,17 +41,19 @@ use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::route::{route, Route};
+use crate::telemetry::RequestStart;
 use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use async_trait::async_trait;
 use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
-use outcome::{log_request, record_error, settle_tokens};
+use outcome::{finish_trace, log_request, record_error, settle_tokens};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
+use std::time::SystemTime;
 use stored::stored_at;
 
 /// The pingora application: one per gateway, sharing [`Gateway`].
@@ -184,6 +186,7 @@ impl ProxyHttp for Proxy {
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
         settle_tokens(&self.gateway, e, ctx);
         log_request(&self.gateway, session, e, ctx);
+        finish_trace(e, ctx);
     }
 }
 
@@ -197,6 +200,15 @@ impl Proxy {
             request.headers.get("x-request-id").map(|v| v.as_bytes()),
         );
         log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
+        if let Some(telemetry) = &self.gateway.telemetry {
+            ctx.trace = Some(telemetry.request(RequestStart {
+                headers: &request.headers,
+                method: request.method.as_str(),
+                path: request.uri.path(),
+                request_id: &ctx.request_id,
+                started: SystemTime::now() - ctx.started.elapsed(),
+            }));
+        }
 
         // 1. Host, then route.
         if !catalog.host_allowed(request_host(session)) {
@@ -206,6 +218,9 @@ impl Proxy {
             .into());
         }
         let route = route(&request.method, request.uri.path())?;
+        if let Some(trace) = &mut ctx.trace {
+            trace.set_route(request.method.as_str(), &route.template());
+        }
         // 2. Bearer key.
         let authorization = request.headers.get("authorization").map(|v| v.as_bytes());
         let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {
@@ -277,7 +292,8 @@ impl Proxy {
             }
             BodyKind::Multipart => {
                 let boundary = multipart::boundary(content_type)?;
-                let (spool, form) = read_form(session, &boundary, limit, deadline).await?;
+                let (spool, form) =
+                    read_form(session, &boundary, limit, deadline, &ctx.request_id).await?;
                 Read::Form(Arc::new(spool), form)
             }
         };
@@ -321,6 +337,7 @@ impl Proxy {
             rewrites_ids: endpoint.kind == EndpointType::Responses,
             inject_usage: read.usage_unasked(endpoint.kind),
             fallbacks,
+            operation: endpoint.kind.operation(),
         };
         self.deliver(session, ctx, catalog, destination).await
     }
@@ -344,6 +361,7 @@ impl Proxy {
             rewrites_ids,
             inject_usage,
             fallbacks,
+            operation,
         } = destination;
         let models: Vec<&Model> = std::iter::once(requested)
             .chain(fallbacks.iter().map(|m| m.as_ref()))
@@ -366,6 +384,8 @@ impl Proxy {
                 retry_attempts: catalog.retry_attempts,
                 retry_backoff: catalog.retry_backoff,
                 fallback_follows: tried + 1 < models.len(),
+                trace: ctx.trace.as_ref(),
+                operation,
             };
             let dispatched =
                 upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
@@ -416,4 +436,6 @@ struct Destination<'a> {
     inject_usage: bool,
     /// The models that take the request, in order, if `model` cannot serve it.
     fallbacks: Vec<&'a Arc<Model>>,
+    /// `gen_ai.operation.name` of its upstream attempts.
+    operation: &'static str,
 }

@@ -171,6 +171,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.threads != new.threads {
         changed.push("threads");
     }
+    if old.tracing != new.tracing {
+        changed.push("tracing");
+    }
     if old.log_level != new.log_level {
         changed.push("log_level");
     }

@@ -45,6 +45,20 @@ impl StoredAction {
 
 const PREFIX: &str = "/v1";
 
+impl Route {
+    /// The route as a template, IDs left out (`/v1/models/{id}`): a trace's `http.route`.
+    pub fn template(&self) -> String {
+        match self {
+            Route::ListModels => format!("{PREFIX}/models"),
+            Route::GetModel(_) => format!("{PREFIX}/models/{{id}}"),
+            Route::Create(endpoint) => format!("{PREFIX}{}", endpoint.path),
+            Route::StoredResponse { action, .. } => {
+                format!("{PREFIX}/responses/{{id}}{}", action.suffix())
+            }
+        }
+    }
+}
+
 /// Matches method and path together: GET on the completions path is 404 too.
 pub fn route(method: &Method, path: &str) -> Result<Route, RequestError> {
     let unknown = RequestError::UnknownRoute {
@@ -105,6 +119,23 @@ fn percent_decode(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_leaves_ids_out() {
+        let template = |method: &Method, path: &str| route(method, path).unwrap().template();
+        assert_eq!(
+            template(&Method::POST, "/v1/chat/completions"),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            template(&Method::GET, "/v1/models/org%2Fm"),
+            "/v1/models/{id}"
+        );
+        assert_eq!(
+            template(&Method::POST, "/v1/responses/resp_x/cancel"),
+            "/v1/responses/{id}/cancel"
+        );
+    }
 
     #[test]
     fn routes_match_method_and_path_together() {

@@ -29,6 +29,7 @@ pub(super) struct RawConfig {
     pub(super) keys_file: Option<String>,
     pub(super) metric_labels: Option<Vec<String>>,
     pub(super) limits_store: Option<RawLimitsStore>,
+    pub(super) tracing: Option<RawTracing>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -60,6 +61,17 @@ pub(super) struct RawLimitsStore {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawEcho {
     pub(super) listen: String,
+}
+
+/// `tracing:` (validated in `tracing.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    pub(super) otlp_endpoint: Option<String>,
+    pub(super) service_name: Option<String>,
+    pub(super) sample_ratio: Option<f64>,
+    pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) trust_incoming: Option<bool>,
 }
 
 #[derive(Deserialize)]

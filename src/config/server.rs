@@ -70,6 +70,7 @@ impl Settings {
             models,
             keys,
             metric_labels,
+            tracing: None,
             warnings,
             limits_store: None,
         }

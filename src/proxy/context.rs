@@ -5,6 +5,7 @@
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
 use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
+use crate::telemetry::RequestTrace;
 use crate::upstream::{AfterCut, Called, Exchange};
 use pingora::Error;
 use prometheus::IntGauge;
@@ -46,6 +47,8 @@ pub struct RequestContext {
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
     pub(super) in_flight: Option<InFlight>,
+    /// The request's server span, when tracing is configured; it ends at the log line.
+    pub(super) trace: Option<RequestTrace>,
 }
 
 impl RequestContext {
@@ -73,6 +76,7 @@ impl RequestContext {
             exchange: Exchange::default(),
             permits: Vec::new(),
             in_flight: None,
+            trace: None,
         }
     }
 }

@@ -131,13 +131,14 @@ pub(super) async fn read_form(
     boundary: &[u8],
     limit: usize,
     deadline: Duration,
+    request_id: &str,
 ) -> Result<(Spool, Form), Failure> {
     let mut spool = Spool::default();
     let mut scanner = Scanner::new(boundary);
     read_into(session, limit, deadline, |chunk| {
         scanner.feed(chunk)?;
         spool.write(chunk).map_err(|e| {
-            log::error!(target: "sluice::proxy", error:% = e; "cannot spool an upload");
+            log::error!(target: "sluice::proxy", request_id, error:% = e; "cannot spool an upload");
             RequestError::Internal
         })
     })

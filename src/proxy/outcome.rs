@@ -9,6 +9,7 @@ use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
+use crate::telemetry::{RequestEnd, RequestTrace};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::Error;
@@ -95,7 +96,6 @@ pub(super) fn log_request(
     let request = session.req_header();
     let key = ctx.key.as_ref().map(|k| k.name.as_str());
     let model_label = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
-    let client_gone = e.is_some() && ctx.error.is_none();
     let status = if ctx.status == 0 { 499 } else { ctx.status };
     let metrics = &gateway.metrics;
     metrics
@@ -119,11 +119,7 @@ pub(super) fn log_request(
             .as_secs_f64(),
     );
 
-    let error_code = ctx
-        .error
-        .as_ref()
-        .map(RequestError::code)
-        .or(client_gone.then_some("client_disconnected"));
+    let error_code = error_code(ctx, e);
     // The upstream's own error answer, when it was passed on rather than ours.
     let upstream_error = ctx
         .exchange
@@ -139,6 +135,7 @@ pub(super) fn log_request(
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
         request_id: &ctx.request_id,
+        trace_id: ctx.trace.as_ref().map(RequestTrace::trace_id),
         method: request.method.as_str(),
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
@@ -186,6 +183,33 @@ pub(super) fn log_request(
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);
+}
+
+/// Our code for how the request failed, if it did (`client_disconnected` for a client
+/// that left).
+fn error_code(ctx: &RequestContext, e: Option<&Error>) -> Option<&'static str> {
+    let client_gone = e.is_some() && ctx.error.is_none();
+    ctx.error
+        .as_ref()
+        .map(RequestError::code)
+        .or(client_gone.then_some("client_disconnected"))
+}
+
+/// Ends the request's server span (when tracing is configured) with its outcome.
+pub(super) fn finish_trace(e: Option<&Error>, ctx: &mut RequestContext) {
+    let error = error_code(ctx, e);
+    let Some(trace) = ctx.trace.as_mut() else {
+        return;
+    };
+    trace.finish(RequestEnd {
+        status: if ctx.status == 0 { 499 } else { ctx.status },
+        error,
+        key: ctx.key.as_ref().map(|k| k.name.as_str()),
+        model: ctx.model.as_deref(),
+        served_model: ctx.served_model.as_deref(),
+        stream: ctx.stream,
+        usage: ctx.exchange.usage,
+    });
 }
 
 /// The gateway's answer to a request pingora's HTTP parser refused before the request path

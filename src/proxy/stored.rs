@@ -54,6 +54,7 @@ impl Proxy {
             rewrites_ids: true,
             inject_usage: false,
             fallbacks: Vec::new(),
+            operation: EndpointType::Responses.operation(),
         };
         self.deliver(session, ctx, catalog, destination).await
     }

@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
-use super::request::{request_header, upstream_path, upstream_target};
+use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::Upstreams;
 use crate::catalog::{Model, Upstream};
@@ -15,6 +15,7 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
+use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
@@ -46,6 +47,11 @@ pub struct Dispatch<'a> {
     /// A fallback model follows this one: an answer `retry_on` names is held back even
     /// when no other target is left, and the delivery ends [`Delivery::Unserved`].
     pub fallback_follows: bool,
+    /// The request's server span, when tracing is configured: each attempt gets a client
+    /// span under it.
+    pub trace: Option<&'a RequestTrace>,
+    /// `gen_ai.operation.name` of the attempts.
+    pub operation: &'static str,
 }
 
 /// A stored response a request names (the Responses API).
@@ -168,7 +174,7 @@ async fn attempts(
         };
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, &dispatch.path, query);
-        let header = match request_header(
+        let mut header = match request_header(
             session.req_header(),
             upstream,
             &path,
@@ -201,6 +207,23 @@ async fn attempts(
                 .with_label_values(&[&upstream.name])
                 .observe(slot.queued.as_secs_f64());
         }
+        // The attempt's span starts with the exchange (a wait for a slot shows as a gap in
+        // the request's span), and the upstream is told it is the parent.
+        let attempt = dispatch.trace.map(|trace| {
+            trace.attempt(AttemptStart {
+                operation: dispatch.operation,
+                request_model: name.unwrap_or(model.id.as_str()),
+                upstream: &upstream.name,
+                server: &upstream.host_header,
+                number: resends + 1,
+            })
+        });
+        if let Some(attempt) = &attempt {
+            if let Err(e) = set_trace_context(&mut header, &attempt.upstream_headers()) {
+                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
+                return Delivery::Refused(RequestError::Internal);
+            }
+        }
         let in_flight = upstreams.start_request(
             &upstream.name,
             metrics
@@ -231,12 +254,17 @@ async fn attempts(
                     .collect();
                 IdRewrite::new(&model.id, &upstream.name, &known)
             }),
+            read_model: attempt.as_ref().is_some_and(AttemptTrace::is_recording),
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;
         measured.usage = None;
+        measured.response_model = None;
         let outcome = exchange(session, upstreams, metrics, call, measured).await;
         drop((slot, in_flight));
+        if let Some(attempt) = attempt {
+            finish_attempt(attempt, &outcome, measured);
+        }
 
         count_error(metrics, upstream, &outcome);
         let (effect, next) = verdict(&outcome, &upstream.policy.retry_on, onward);
@@ -254,6 +282,26 @@ async fn attempts(
         resends += 1;
         tokio::time::sleep(backoff(dispatch.retry_backoff, resends)).await;
     }
+}
+
+/// Ends an attempt's client span with what came of it.
+fn finish_attempt(attempt: AttemptTrace, outcome: &Outcome, measured: &Exchange) {
+    let (status, error, handed_back) = match outcome {
+        Outcome::Answered { status, .. } => (Some(*status), None, false),
+        Outcome::HandedBack { status, .. } => (Some(*status), None, true),
+        Outcome::Failed { error, .. } | Outcome::Cut { error, .. } => {
+            (measured.status, Some(error.code()), false)
+        }
+        Outcome::ClientGone(_) => (measured.status, Some("client_disconnected"), false),
+    };
+    attempt.finish(AttemptEnd {
+        status,
+        error,
+        usage: measured.usage,
+        time_to_first_chunk: measured.ttfb.filter(|_| status.is_some()),
+        response_model: measured.response_model.as_deref(),
+        handed_back,
+    });
 }
 
 /// What the client saw of an attempt that is returned.

@@ -13,7 +13,7 @@
 
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
-use super::relay::{read_whole, relay_body, Edit, Passing, Reading};
+use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
     failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Onward, Outcome,
@@ -54,6 +54,8 @@ pub struct Exchange {
     pub upstream_error: Option<UpstreamErrorRecord>,
     /// The tokens a successful answer says it used.
     pub usage: Option<Usage>,
+    /// The model a successful answer says answered, when tracing reads it.
+    pub response_model: Option<String>,
 }
 
 /// One request to send upstream.
@@ -74,6 +76,8 @@ pub struct Call<'a> {
     pub request_id: &'a str,
     /// Stored-response IDs to rewrite in a successful answer (the Responses API).
     pub rewrite: Option<IdRewrite>,
+    /// Keep the model a successful answer names (`Exchange::response_model`): tracing.
+    pub read_model: bool,
 }
 
 /// A failure before the response header, with whether the request may have gone out.
@@ -204,6 +208,7 @@ pub(super) async fn exchange(
         reading: success.then(|| Reading::for_answer(measured.event_stream)),
         edit,
         pending: Vec::new(),
+        head: (success && call.read_model).then(Vec::new),
     };
     // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
     // new length; anything else is relayed as it comes.
@@ -214,6 +219,9 @@ pub(super) async fn exchange(
                     let mut scan = JsonScan::copying();
                     scan.feed(&body);
                     measured.usage = scan.usage();
+                    if call.read_model {
+                        measured.response_model = model_named(&body[..body.len().min(HEAD_BYTES)]);
+                    }
                     passing.reading = None;
                     Some(bytes::Bytes::from(rewrite.json(&body)))
                 }
@@ -256,6 +264,9 @@ pub(super) async fn exchange(
     };
     if let Some(reading) = &passing.reading {
         measured.usage = reading.usage();
+    }
+    if let Some(head) = &passing.head {
+        measured.response_model = model_named(head);
     }
     if let Some(body) = passing.kept {
         let upstream_id = response

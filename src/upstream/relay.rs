@@ -31,6 +31,8 @@ pub(super) struct Passing {
     pub edit: Option<Edit>,
     /// Bytes of an event not yet whole (when editing).
     pub pending: Vec<u8>,
+    /// A successful answer's first bytes, for the model it names (traces only).
+    pub head: Option<Vec<u8>>,
 }
 
 /// A change made to every event of a stream.
@@ -85,6 +87,10 @@ impl Passing {
         if let Some(reading) = &mut self.reading {
             reading.feed(&chunk);
         }
+        if let Some(head) = &mut self.head {
+            let room = HEAD_BYTES.saturating_sub(head.len());
+            head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        }
         let Some(edit) = &mut self.edit else {
             return Some(chunk);
         };
@@ -103,6 +109,30 @@ impl Passing {
         }
         (!out.is_empty()).then(|| Bytes::from(out))
     }
+}
+
+/// How much of a successful answer is kept to find the model it names: OpenAI-shaped
+/// answers (and a stream's first chunk) name it before their content.
+pub(super) const HEAD_BYTES: usize = 1024;
+
+/// The first `"model": "..."` string in an answer's first bytes: the model that answered
+/// (`gen_ai.response.model`). A value with escapes is taken as written.
+pub(super) fn model_named(head: &[u8]) -> Option<String> {
+    let at = memchr::memmem::find(head, b"\"model\"")? + b"\"model\"".len();
+    let rest = &head[at..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = rest.get(colon..)?.strip_prefix(b":")?;
+    let quote = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = rest.get(quote..)?.strip_prefix(b"\"")?;
+    let mut end = 0;
+    while end < rest.len() && rest[end] != b'"' {
+        end += if rest[end] == b'\\' { 2 } else { 1 };
+    }
+    if end >= rest.len() {
+        return None;
+    }
+    let name = std::str::from_utf8(rest.get(..end)?).ok()?;
+    (!name.is_empty()).then(|| name.to_owned())
 }
 
 /// Where the first whole SSE event of `bytes` ends (after its blank line).
@@ -289,7 +319,23 @@ async fn end_cut_stream(
 
 #[cfg(test)]
 mod tests {
+    use super::model_named;
     use super::EventTail;
+
+    #[test]
+    fn the_model_an_answer_names_is_found_in_its_first_bytes() {
+        let answer = br#"{"id":"x","object":"chat.completion","model" : "org/m-1","choices":[]}"#;
+        assert_eq!(model_named(answer).as_deref(), Some("org/m-1"));
+        let chunk = b"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[]}\n\n";
+        assert_eq!(model_named(chunk).as_deref(), Some("m"));
+        assert_eq!(
+            model_named(br#"{"model":"cut-of"#),
+            None,
+            "a name cut short is none"
+        );
+        assert_eq!(model_named(br#"{"model":3}"#), None);
+        assert_eq!(model_named(br#"{"content":"the \"model\": \"x\""}"#), None);
+    }
 
     fn tail_of(chunks: &[&[u8]]) -> EventTail {
         let mut tail = EventTail::default();

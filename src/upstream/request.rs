@@ -100,6 +100,20 @@ pub fn request_header(
     Ok(header)
 }
 
+/// Puts the attempt's own trace context (`traceparent`, `tracestate`) in place of the
+/// client's, so the upstream's spans join the request's trace under this attempt.
+pub fn set_trace_context(
+    header: &mut RequestHeader,
+    fields: &[(&'static str, String)],
+) -> Result<()> {
+    header.remove_header("traceparent");
+    header.remove_header("tracestate");
+    for (name, value) in fields {
+        header.insert_header(*name, value.as_str())?;
+    }
+    Ok(())
+}
+
 /// The `GET` an active health check sends to `{url}/models`.
 pub fn check_header(upstream: &Upstream) -> Result<RequestHeader> {
     let path = upstream_target(upstream, "/models", None);

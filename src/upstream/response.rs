@@ -90,10 +90,8 @@ pub fn response_header(
         return Err(InvalidResponse::Status(status));
     }
     let framing = framing(upstream)?;
-    let built = |e: Box<pingora::Error>| {
-        log::debug!(target: "sluice::upstream", error:% = e; "response header not rebuilt");
-        InvalidResponse::Framing
-    };
+    // The caller logs the refusal with the request's ID.
+    let built = |_: Box<pingora::Error>| InvalidResponse::Framing;
     let mut header = ResponseHeader::build(
         upstream.status,
         Some(upstream.headers.len() + headers.len()),

@@ -232,7 +232,9 @@ impl TestGateway {
                 limiter_clock,
                 AccessLog::new(Box::new(log.clone())),
             )
-            .with_wall_clock(wall.clone()),
+            .with_wall_clock(wall.clone())
+            .with_tracing(config.tracing.as_ref())
+            .expect("the tracer starts"),
         );
         let running = start(&config, gateway).await.expect("gateway starts");
         TestGateway {

@@ -6,10 +6,13 @@
 pub mod client;
 pub mod gateway;
 pub mod mock;
+pub mod otlp;
 pub mod process;
+pub mod promql;
 pub mod redis_server;
 
 pub use client::*;
 pub use gateway::*;
 pub use mock::*;
+pub use otlp::*;
 pub use process::*;

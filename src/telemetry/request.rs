@@ -1,0 +1,259 @@
+//! The spans of one request: its server span, held in the request's context from the head
+//! to the log line, and a client span per upstream attempt (resends and fallbacks are
+//! siblings under the server span). A span dropped unfinished (a task cancelled at shutdown)
+//! still ends and is exported.
+
+use crate::usage::Usage;
+use opentelemetry::propagation::{Injector, TextMapPropagator};
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, Span};
+use std::time::Duration;
+
+/// A request's server span.
+pub struct RequestTrace {
+    span: Span,
+    tracer: SdkTracer,
+    propagator: TraceContextPropagator,
+}
+
+/// What an upstream attempt's client span starts with.
+pub struct AttemptStart<'a> {
+    /// The GenAI operation (`chat`, `text_completion`, `embeddings`...).
+    pub operation: &'a str,
+    /// The model the upstream is asked for (its own name for it, if it has one).
+    pub request_model: &'a str,
+    pub upstream: &'a str,
+    /// The upstream's `host[:port]`.
+    pub server: &'a str,
+    /// 1 for the first attempt of the request, counting resends and fallbacks.
+    pub number: u32,
+}
+
+/// How an upstream attempt ended.
+#[derive(Debug, Default)]
+pub struct AttemptEnd<'a> {
+    /// The upstream's status, if it answered.
+    pub status: Option<u16>,
+    /// Our error code when the attempt failed (`upstream_timeout`...), else none.
+    pub error: Option<&'a str>,
+    pub usage: Option<Usage>,
+    /// From sending the request to the response's first byte.
+    pub time_to_first_chunk: Option<Duration>,
+    /// The model that answered, as the answer names it.
+    pub response_model: Option<&'a str>,
+    /// The answer was held back so another target or model takes the request.
+    pub handed_back: bool,
+}
+
+/// How a request ended, for its server span.
+#[derive(Debug, Default)]
+pub struct RequestEnd<'a> {
+    pub status: u16,
+    /// Our error code (`rate_limited`, `client_disconnected`...), if the request failed.
+    pub error: Option<&'a str>,
+    pub key: Option<&'a str>,
+    /// The model as the client named it, and the catalog model that served it.
+    pub model: Option<&'a str>,
+    pub served_model: Option<&'a str>,
+    pub stream: bool,
+    pub usage: Option<Usage>,
+}
+
+impl RequestTrace {
+    pub(super) fn new(span: Span, tracer: SdkTracer, propagator: TraceContextPropagator) -> Self {
+        RequestTrace {
+            span,
+            tracer,
+            propagator,
+        }
+    }
+
+    /// The trace ID in lower-case hex, for the access log.
+    pub fn trace_id(&self) -> String {
+        self.span.span_context().trace_id().to_string()
+    }
+
+    /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
+    /// names stay few whatever IDs the paths carry.
+    pub fn set_route(&mut self, method: &str, route: &str) {
+        if !self.span.is_recording() {
+            return;
+        }
+        self.span.update_name(format!("{method} {route}"));
+        self.span
+            .set_attribute(KeyValue::new("http.route", route.to_owned()));
+    }
+
+    /// Starts the client span of one upstream attempt.
+    pub fn attempt(&self, start: AttemptStart<'_>) -> AttemptTrace {
+        let parent = Context::new().with_remote_span_context(self.span.span_context().clone());
+        if !self.span.is_recording() {
+            // Not sampled, and so neither is the attempt: it only needs its IDs, for the
+            // upstream's `traceparent`.
+            let span = self
+                .tracer
+                .span_builder("attempt")
+                .with_kind(SpanKind::Client)
+                .start_with_context(&self.tracer, &parent);
+            return AttemptTrace {
+                span,
+                propagator: self.propagator.clone(),
+            };
+        }
+        let (address, port) = host_and_port(start.server);
+        let mut attributes = vec![
+            KeyValue::new("gen_ai.operation.name", start.operation.to_owned()),
+            KeyValue::new("gen_ai.request.model", start.request_model.to_owned()),
+            KeyValue::new("server.address", address.to_owned()),
+            KeyValue::new("sluice.upstream", start.upstream.to_owned()),
+            KeyValue::new("sluice.attempt", i64::from(start.number)),
+        ];
+        if let Some(port) = port {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        let span = self
+            .tracer
+            .span_builder(format!("{} {}", start.operation, start.request_model))
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &parent);
+        AttemptTrace {
+            span,
+            propagator: self.propagator.clone(),
+        }
+    }
+
+    /// Ends the server span with the request's outcome.
+    pub fn finish(&mut self, end: RequestEnd<'_>) {
+        let span = &mut self.span;
+        if !span.is_recording() {
+            return;
+        }
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(end.status),
+        ));
+        span.set_attribute(KeyValue::new("sluice.stream", end.stream));
+        if let Some(key) = end.key {
+            span.set_attribute(KeyValue::new("sluice.key", key.to_owned()));
+        }
+        if let Some(model) = end.model {
+            span.set_attribute(KeyValue::new("gen_ai.request.model", model.to_owned()));
+        }
+        if let Some(served) = end.served_model {
+            span.set_attribute(KeyValue::new("sluice.served_model", served.to_owned()));
+        }
+        set_usage(span, end.usage);
+        if let Some(error) = end.error {
+            span.set_attribute(KeyValue::new("error.type", error.to_owned()));
+        }
+        // A server span is in error for a 5xx only: a 4xx is the client's.
+        if end.status >= 500 {
+            span.set_status(Status::error(end.error.unwrap_or("").to_owned()));
+        }
+        span.end();
+    }
+}
+
+/// An upstream attempt's client span.
+pub struct AttemptTrace {
+    span: Span,
+    propagator: TraceContextPropagator,
+}
+
+impl AttemptTrace {
+    /// Whether the attempt is sampled: what it records is exported.
+    pub fn is_recording(&self) -> bool {
+        self.span.is_recording()
+    }
+
+    /// `traceparent` (and `tracestate`, if any) naming this attempt, for the upstream.
+    pub fn upstream_headers(&self) -> Vec<(&'static str, String)> {
+        let context = Context::new().with_remote_span_context(self.span.span_context().clone());
+        let mut fields = Fields(Vec::with_capacity(2));
+        self.propagator.inject_context(&context, &mut fields);
+        fields.0
+    }
+
+    /// Ends the span with the attempt's outcome.
+    pub fn finish(mut self, end: AttemptEnd<'_>) {
+        let span = &mut self.span;
+        if !span.is_recording() {
+            return;
+        }
+        if let Some(status) = end.status {
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+        }
+        if let Some(model) = end.response_model {
+            span.set_attribute(KeyValue::new("gen_ai.response.model", model.to_owned()));
+        }
+        if let Some(ttfc) = end.time_to_first_chunk {
+            span.set_attribute(KeyValue::new(
+                "gen_ai.response.time_to_first_chunk",
+                ttfc.as_secs_f64(),
+            ));
+        }
+        set_usage(span, end.usage);
+        if end.handed_back {
+            span.set_attribute(KeyValue::new("sluice.handed_back", true));
+        }
+        // A client span is in error for our own failure or any 4xx or 5xx answer.
+        let error = match (end.error, end.status) {
+            (Some(code), _) => Some(code.to_owned()),
+            (None, Some(status)) if status >= 400 => Some(status.to_string()),
+            _ => None,
+        };
+        if let Some(error) = error {
+            span.set_attribute(KeyValue::new("error.type", error.clone()));
+            span.set_status(Status::error(error));
+        }
+        span.end();
+    }
+}
+
+/// `gen_ai.usage.*` once an answer's tokens were read.
+fn set_usage(span: &mut Span, usage: Option<Usage>) {
+    if let Some(usage) = usage {
+        span.set_attribute(KeyValue::new(
+            "gen_ai.usage.input_tokens",
+            usage.input as i64,
+        ));
+        span.set_attribute(KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            usage.output as i64,
+        ));
+    }
+}
+
+/// `host` and `port` of `host[:port]` (an IPv6 host in brackets keeps them).
+fn host_and_port(authority: &str) -> (&str, Option<u16>) {
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => match port.parse() {
+            Ok(port) => (host, Some(port)),
+            Err(_) => (authority, None),
+        },
+        _ => (authority, None),
+    }
+}
+
+/// The propagation fields of one attempt, as header name and value.
+struct Fields(Vec<(&'static str, String)>);
+
+impl Injector for Fields {
+    fn set(&mut self, key: &str, value: String) {
+        let name = match key {
+            "traceparent" => "traceparent",
+            "tracestate" => "tracestate",
+            _ => return,
+        };
+        // An empty `tracestate` says nothing: not sent.
+        if !value.is_empty() {
+            self.0.push((name, value));
+        }
+    }
+}
