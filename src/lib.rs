@@ -19,6 +19,7 @@ pub mod limits;
 pub mod logger;
 pub mod metrics;
 pub mod multipart;
+pub mod percent;
 pub mod proxy;
 pub mod reload;
 pub mod request_body;

@@ -6,6 +6,7 @@
 use super::raw::RawUpstream;
 use super::values::Errors;
 use super::ProviderStyle;
+use crate::percent::percent_encode;
 use http::{HeaderName, HeaderValue};
 use std::collections::BTreeMap;
 
@@ -108,7 +109,11 @@ fn query(
             continue;
         }
         match scalar(value) {
-            Some(value) => pairs.push(format!("{}={}", encode(name), encode(&value))),
+            Some(value) => pairs.push(format!(
+                "{}={}",
+                percent_encode(name),
+                percent_encode(&value)
+            )),
             None => errors.push(at, "must be a string, number or boolean"),
         }
     }
@@ -123,19 +128,6 @@ fn scalar(value: &serde_yaml::Value) -> Option<String> {
         serde_yaml::Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
-}
-
-/// `text` percent-encoded for a query string: RFC 3986 unreserved characters stay.
-pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use super::{Destination, Proxy};
 use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
+use crate::percent::percent_encode;
 use crate::response_id::StoredResponseId;
 use crate::route::StoredAction;
 use crate::upstream::{RequestBody, Stored};
@@ -43,7 +44,7 @@ impl Proxy {
         };
         let path = format!(
             "/responses/{}{}",
-            path_segment(&stored.upstream_id),
+            percent_encode(&stored.upstream_id),
             action.suffix()
         );
         let destination = Destination {
@@ -73,17 +74,4 @@ pub(super) fn stored_at(model: &Model, id: &str, in_body: bool) -> Result<Stored
         upstream_id: named.upstream_id,
         in_body,
     })
-}
-
-/// `text` as one path segment: everything but unreserved characters percent-encoded.
-fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
