@@ -8,7 +8,8 @@
 //! injected `stream_options.include_usage` added, for a client that did not ask for it.
 
 use crate::json_object::Object;
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::Number;
 use std::ops::Range;
 
 /// Largest `usage` value read; a bigger one is malformed.
@@ -38,46 +39,60 @@ impl Usage {
     /// transcription billed by duration (no tokens). `None` for `null` and for a malformed
     /// value: a count that is not a non-negative integer, or no count at all.
     pub fn parse(raw: &[u8]) -> Option<Usage> {
-        let value: Value = serde_json::from_slice(raw).ok()?;
-        let object = value.as_object()?;
-        let count = |value: Option<&Value>| -> Result<Option<u64>, ()> {
-            match value {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v.as_u64().filter(|&n| n <= MAX_COUNT).map(Some).ok_or(()),
+        // Typed, so reading it allocates nothing; any field of the wrong type (a string, a
+        // list) makes the whole value malformed, and a count must be a non-negative integer.
+        let raw: RawUsage = serde_json::from_slice(raw).ok()?;
+        let count = |n: Option<Number>| -> Result<Option<u64>, ()> {
+            match n {
+                None => Ok(None),
+                Some(n) => n.as_u64().filter(|&n| n <= MAX_COUNT).map(Some).ok_or(()),
             }
         };
-        let either = |names: [&str; 2]| -> Result<Option<u64>, ()> {
-            Ok(count(object.get(names[0]))?.or(count(object.get(names[1]))?))
+        let input = count(raw.prompt_tokens)
+            .ok()?
+            .or(count(raw.input_tokens).ok()?);
+        let output = count(raw.completion_tokens)
+            .ok()?
+            .or(count(raw.output_tokens).ok()?);
+        let total = count(raw.total_tokens).ok()?;
+        let by_duration = raw.kind.as_deref() == Some("duration");
+        let (input, output) = match (input, output, total) {
+            (None, None, Some(total)) => (total, 0),
+            (None, None, None) if by_duration => (0, 0),
+            (None, None, None) => return None,
+            (input, output, _) => (input.unwrap_or(0), output.unwrap_or(0)),
         };
-        let detail = |outer: [&str; 2], inner: &str| {
-            count(outer.iter().find_map(|name| object.get(*name)?.get(inner)))
-        };
-        let read = || -> Result<Usage, ()> {
-            let input = either(["prompt_tokens", "input_tokens"])?;
-            let output = either(["completion_tokens", "output_tokens"])?;
-            let total = count(object.get("total_tokens"))?;
-            let by_duration = object.get("type").and_then(Value::as_str) == Some("duration");
-            let (input, output) = match (input, output, total) {
-                (None, None, Some(total)) => (total, 0),
-                (None, None, None) if by_duration => (0, 0),
-                (None, None, None) => return Err(()),
-                (input, output, _) => (input.unwrap_or(0), output.unwrap_or(0)),
-            };
-            Ok(Usage {
-                input,
-                output,
-                cached: detail(
-                    ["prompt_tokens_details", "input_tokens_details"],
-                    "cached_tokens",
-                )?,
-                reasoning: detail(
-                    ["completion_tokens_details", "output_tokens_details"],
-                    "reasoning_tokens",
-                )?,
-            })
-        };
-        read().ok()
+        let cached = raw.prompt_tokens_details.or(raw.input_tokens_details);
+        let reasoning = raw.completion_tokens_details.or(raw.output_tokens_details);
+        Some(Usage {
+            input,
+            output,
+            cached: count(cached.and_then(|d| d.cached_tokens)).ok()?,
+            reasoning: count(reasoning.and_then(|d| d.reasoning_tokens)).ok()?,
+        })
     }
+}
+
+/// The `usage` fields read; others are ignored.
+#[derive(Deserialize)]
+struct RawUsage<'a> {
+    prompt_tokens: Option<Number>,
+    completion_tokens: Option<Number>,
+    input_tokens: Option<Number>,
+    output_tokens: Option<Number>,
+    total_tokens: Option<Number>,
+    prompt_tokens_details: Option<Details>,
+    input_tokens_details: Option<Details>,
+    completion_tokens_details: Option<Details>,
+    output_tokens_details: Option<Details>,
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    cached_tokens: Option<Number>,
+    reasoning_tokens: Option<Number>,
 }
 
 /// Where a document's top-level `usage` member sits, as offsets into what was fed.
