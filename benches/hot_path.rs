@@ -41,7 +41,7 @@ fn catalog() -> Catalog {
     for k in 0..KEYS {
         let hash = KeyHash::of(key(k).as_bytes()).to_hex();
         yaml.push_str(&format!(
-            "  - {{name: key-{k}, sha256: {hash}, requests_per_minute: 4000000000, max_concurrent: 64, tokens_per_minute: 1000000000000, tokens_per_day: 1000000000000}}\n"
+            "  - {{name: key-{k}, sha256: {hash}, requests_per_minute: 4000000000, max_concurrent: 64, tokens_per_minute: 100000000, tokens_per_day: 1000000000}}\n"
         ));
     }
     let config = sluice::config::parse("bench.yaml", &yaml, None, &|_| None).expect("bench config");

@@ -107,8 +107,16 @@ impl Reservation {
 
 /// The time `tokens` take in a window of `limit` per `period`, rounded up.
 fn cost(tokens: u64, limit: u64, period: Duration) -> Duration {
-    let nanos = (tokens as u128 * period.as_nanos()).div_ceil(limit as u128);
-    Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
+    let period = period.as_nanos() as u64;
+    // In 64 bits when the product fits (any request under ~200,000 tokens per day): a
+    // 128-bit division costs several times more, and this runs on every request.
+    let nanos = match tokens.checked_mul(period) {
+        Some(product) => product.div_ceil(limit),
+        None => (tokens as u128 * period as u128)
+            .div_ceil(limit as u128)
+            .min(u64::MAX as u128) as u64,
+    };
+    Duration::from_nanos(nanos)
 }
 
 /// Where a window with arrival time `tat` stands now.
@@ -116,7 +124,11 @@ fn position(window: Window, limit: u64, tat: Duration, now: Duration) -> TokenSt
     let period = window.period();
     let backlog = tat.saturating_sub(now);
     let free = period.saturating_sub(backlog);
-    let remaining = (free.as_nanos() * limit as u128 / period.as_nanos()) as u64;
+    let (free, period) = (free.as_nanos() as u64, period.as_nanos() as u64);
+    let remaining = match free.checked_mul(limit) {
+        Some(product) => product / period,
+        None => (free as u128 * limit as u128 / period as u128) as u64,
+    };
     TokenStatus {
         window,
         limit,
@@ -334,6 +346,10 @@ mod tests {
         assert_eq!(cost(7, 7, MINUTE), MINUTE);
         assert_eq!(cost(1, 7, MINUTE), Duration::from_nanos(8_571_428_572));
         assert_eq!(cost(0, 7, MINUTE), Duration::ZERO);
+        // Past 64 bits, the 128-bit path gives the same exact answer.
+        let day = Duration::from_secs(86_400);
+        assert_eq!(cost(1_000_000_000, 1_000_000_000, day), day);
+        assert_eq!(cost(3_000_000_000, 1_000_000_000, day), day * 3);
     }
 
     #[test]
