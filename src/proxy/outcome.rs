@@ -67,21 +67,17 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut Requ
     {
         metrics.usage_missing.with_label_values(&[upstream]).inc();
     }
-    if let Some(grant) = ctx.grant.take() {
-        grant.settle(match usage {
-            Some(usage) => Some(usage.total()),
-            None if may_have_used => None,
-            None => Some(0),
-        });
-    }
-    let Some(reservation) = ctx.reservation.take() else {
-        return;
+    // What was used: the usage, nothing, or unknown (then the reservation stands).
+    let used = match usage {
+        Some(usage) => Some(usage.total()),
+        None if may_have_used => None,
+        None => Some(0),
     };
-    match usage {
-        Some(usage) => gateway.limiter.reconcile(reservation, usage.total()),
-        // The reservation stands: nothing tells what was used.
-        None if may_have_used => {}
-        None => gateway.limiter.reconcile(reservation, 0),
+    if let Some(grant) = ctx.grant.take() {
+        grant.settle(used);
+    }
+    if let (Some(reservation), Some(used)) = (ctx.reservation.take(), used) {
+        gateway.limiter.reconcile(reservation, used);
     }
 }
 

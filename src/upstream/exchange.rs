@@ -25,7 +25,7 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
-use crate::usage::{JsonScan, Usage};
+use crate::usage::Usage;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::Stream;
@@ -216,13 +216,15 @@ pub(super) async fn exchange(
         (Some(Edit::Rewrite(rewrite)), false) => {
             match read_whole(session, &mut connection, upstream, deadline, measured).await {
                 Ok(body) => {
-                    let mut scan = JsonScan::copying();
-                    scan.feed(&body);
-                    measured.usage = scan.usage();
+                    // Read now: the whole answer is here even if the client leaves before
+                    // it is sent.
+                    if let Some(reading) = &mut passing.reading {
+                        reading.feed(&body);
+                        measured.usage = reading.usage();
+                    }
                     if call.read_model {
                         measured.response_model = model_named(&body[..body.len().min(HEAD_BYTES)]);
                     }
-                    passing.reading = None;
                     Some(bytes::Bytes::from(rewrite.json(&body)))
                 }
                 Err(outcome) => return outcome,

@@ -58,7 +58,7 @@ impl Reading {
         }
     }
 
-    fn feed(&mut self, bytes: &[u8]) {
+    pub fn feed(&mut self, bytes: &[u8]) {
         match self {
             Reading::Json(scan) => scan.feed(bytes),
             Reading::Events(events) => events.feed(bytes),
