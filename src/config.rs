@@ -84,7 +84,7 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Lower-case host names a request may name; empty means any.
     pub hosts: Vec<String>,
-    pub threads: usize,
+    pub threads: std::num::NonZeroUsize,
     pub max_concurrent: Option<NonZeroU32>,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,

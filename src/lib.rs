@@ -34,3 +34,4 @@ pub mod telemetry;
 pub mod transport;
 pub mod upstream;
 pub mod usage;
+pub mod workers;

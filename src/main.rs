@@ -15,6 +15,7 @@ use sluice::config::{load_files, load_files_with, name_problem, text_problem, Co
 use sluice::gateway::Gateway;
 use sluice::reload::{Reloader, Trigger};
 use sluice::secret::KeyHash;
+use sluice::server::EventLoops;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -207,7 +208,12 @@ fn run(path: &Path) -> ExitCode {
     sluice::logger::init(config.log_level);
     sluice::reload::log_warnings(&config);
     let catalog = Catalog::build(&config, 1);
-    let result = runtime(config.threads).and_then(|rt| {
+    // The control runtime: signals, reloads, the admin and echo listeners, health checks.
+    // Clients are served by `threads` event loops of their own (`workers.rs`).
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let result = control.and_then(|rt| {
         let served = rt.block_on(serve(path, config, catalog));
         // A reload stuck on a file read (a hung mount, a FIFO) must not keep the process
         // alive: blocking tasks still running are left behind, not waited for.
@@ -231,7 +237,8 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
     .with_tracing(config.tracing.as_ref())
     .map_err(std::io::Error::other)?;
     let gateway = Arc::new(gateway);
-    let running = sluice::server::start(&config, Arc::clone(&gateway)).await?;
+    let loops = EventLoops::PerCore(config.threads);
+    let running = sluice::server::start_on(&config, Arc::clone(&gateway), loops).await?;
     // The watcher's first look at the files comes before "listening": a change written
     // once the gateway says it is up is always seen as a change.
     let reloader = Arc::new(Reloader::new(Arc::clone(&gateway), path, config));

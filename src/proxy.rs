@@ -49,6 +49,7 @@ use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
+use pingora::connectors::TransportConnector;
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -59,11 +60,17 @@ use stored::stored_at;
 /// The pingora application: one per gateway, sharing [`Gateway`].
 pub struct Proxy {
     gateway: Arc<Gateway>,
+    /// Keep-alive connections to the upstreams, this proxy's own: each event loop serves
+    /// its own `Proxy`, so a connection is polled only by the thread that made it.
+    pool: TransportConnector,
 }
 
 impl Proxy {
     pub fn new(gateway: Arc<Gateway>) -> Self {
-        Proxy { gateway }
+        Proxy {
+            gateway,
+            pool: upstream::new_pool(),
+        }
     }
 }
 
@@ -372,6 +379,7 @@ impl Proxy {
             response_headers.push(("x-sluice-model", model.id.clone()));
             let dispatch = Dispatch {
                 model,
+                pool: &self.pool,
                 body: body.clone(),
                 path: path.clone(),
                 stored: stored.take(),

@@ -6,12 +6,14 @@
 
 use crate::connection::{ClientConnection, ClientPolicy};
 use crate::transport::BufferedStream;
+use crate::workers::Workers;
 use pingora::apps::HttpServerApp;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest};
 use pingora::server::ShutdownWatch;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,19 +34,22 @@ where
 {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(accept_loop(listener, app, policy, shutdown));
+    let open = Arc::new(Semaphore::new(policy.max_connections));
+    let task = tokio::spawn(accept_loop(listener, app, policy, open, shutdown));
     Ok((bound, task))
 }
 
-async fn accept_loop<A>(
+/// Accepts connections while `open` has places, serving each in a task of its own, until
+/// `shutdown` turns true.
+pub(crate) async fn accept_loop<A>(
     listener: TcpListener,
     app: Arc<A>,
     policy: ClientPolicy,
+    open: Arc<Semaphore>,
     mut shutdown: ShutdownWatch,
 ) where
     A: HttpServerApp + Send + Sync + 'static,
 {
-    let open = Arc::new(Semaphore::new(policy.max_connections));
     loop {
         // A place first: at `max_connections`, nothing more is accepted until one closes.
         let place = tokio::select! {
@@ -122,14 +127,38 @@ pub struct Running {
     pub gateway: Arc<crate::gateway::Gateway>,
     /// Stops the client listener (the first step of a shutdown).
     stop_clients: tokio::sync::watch::Sender<bool>,
-    /// Stops the rest (admin, echo, watchers) once the clients are done.
+    /// Stops the rest (admin, echo, watchers, workers) once the clients are done.
     stop_rest: tokio::sync::watch::Sender<bool>,
+    /// The client listener's own event loops, if it has them.
+    workers: std::sync::Mutex<Option<Workers>>,
 }
 
-/// Binds every listener of `config` and starts serving with `gateway`.
+/// Where the client listener's connections are served.
+#[derive(Debug, Clone, Copy)]
+pub enum EventLoops {
+    /// On the runtime that calls `start` (tests, which run several gateways in one
+    /// process and runtime).
+    Caller,
+    /// On this many workers, each a thread with an event loop, a listener and an upstream
+    /// pool of its own (`workers.rs`): how the `sluice` binary serves.
+    PerCore(NonZeroUsize),
+}
+
+/// Binds every listener of `config` and starts serving with `gateway`, clients on the
+/// caller's runtime.
 pub async fn start(
     config: &crate::config::Config,
     gateway: Arc<crate::gateway::Gateway>,
+) -> std::io::Result<Running> {
+    start_on(config, gateway, EventLoops::Caller).await
+}
+
+/// Binds every listener of `config` and starts serving with `gateway`, clients on `loops`;
+/// the admin and echo listeners and the background tasks run on the caller's runtime.
+pub async fn start_on(
+    config: &crate::config::Config,
+    gateway: Arc<crate::gateway::Gateway>,
+    loops: EventLoops,
 ) -> std::io::Result<Running> {
     let (stop_clients, clients_watch) = tokio::sync::watch::channel(false);
     let (stop_rest, rest_watch) = tokio::sync::watch::channel(false);
@@ -148,17 +177,33 @@ pub async fn start(
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
-    let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
-    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, proxy));
+    let proxy = |_worker| {
+        let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
+        Arc::new(pingora::proxy::http_proxy(&server_conf, proxy))
+    };
     let clients = ClientPolicy {
         header_timeout: config.client_header_timeout,
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
-    let (addr, _) = listen(config.listen, proxy, clients, clients_watch)
-        .await
-        .map_err(|e| bind_error("listen", config.listen, e))?;
+    let (addr, workers) = match loops {
+        EventLoops::Caller => listen(config.listen, proxy(0), clients, clients_watch)
+            .await
+            .map(|(addr, _)| (addr, None)),
+        EventLoops::PerCore(threads) => {
+            let service = crate::workers::Service {
+                app: proxy,
+                policy: clients,
+                stop_accepting: clients_watch,
+                stop: rest_watch.clone(),
+            };
+            crate::workers::start(config.listen, threads, service)
+                .await
+                .map(|(addr, workers)| (addr, Some(workers)))
+        }
+    }
+    .map_err(|e| bind_error("listen", config.listen, e))?;
     tokio::spawn(crate::upstream::run_checks(
         Arc::clone(&gateway),
         rest_watch.clone(),
@@ -179,6 +224,7 @@ pub async fn start(
         gateway,
         stop_clients,
         stop_rest,
+        workers: std::sync::Mutex::new(workers),
     })
 }
 
@@ -205,6 +251,12 @@ impl Running {
         let _ = self.stop_clients.send(true);
         let _ = tokio::time::timeout(grace, self.gateway.limiter.wait_idle()).await;
         let _ = self.stop_rest.send(true);
-        self.gateway.limiter.gateway_in_flight()
+        let abandoned = self.gateway.limiter.gateway_in_flight();
+        let workers = self.workers.lock().map(|mut w| w.take()).unwrap_or(None);
+        if let Some(workers) = workers {
+            // Their runtimes drop the requests left; none is served after this returns.
+            let _ = tokio::task::spawn_blocking(move || workers.join()).await;
+        }
+        abandoned
     }
 }

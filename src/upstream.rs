@@ -54,12 +54,20 @@ use std::time::Duration;
 /// Idle connections kept per upstream in the pool.
 const POOLED_CONNECTIONS: usize = 128;
 
-/// Every upstream's state, by name, and the connection pool they share.
+/// Every upstream's state, by name, and the connection pool of the health checks.
 pub struct Upstreams {
     clock: Arc<dyn Clock>,
     states: DashMap<String, Arc<UpstreamState>>,
-    /// Pooled keep-alive connections to every upstream (HTTP/1.1, TLS by rustls).
+    /// The health checks' connections. Requests use the pool of the event loop that
+    /// serves them (`new_pool`, one per `Proxy`), so a connection is only ever polled by
+    /// the thread that made it.
     connector: TransportConnector,
+}
+
+/// A pool of keep-alive connections to every upstream (HTTP/1.1, TLS by rustls), and the
+/// connector that fills it.
+pub fn new_pool() -> TransportConnector {
+    TransportConnector::new(Some(ConnectorOptions::new(POOLED_CONNECTIONS)))
 }
 
 /// One upstream's state.
@@ -86,7 +94,7 @@ impl Upstreams {
         Upstreams {
             clock,
             states: DashMap::new(),
-            connector: TransportConnector::new(Some(ConnectorOptions::new(POOLED_CONNECTIONS))),
+            connector: new_pool(),
         }
     }
 

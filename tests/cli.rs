@@ -241,6 +241,46 @@ fn a_taken_port_is_reported_with_its_address_and_listener() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[test]
+fn a_port_another_gateway_serves_is_refused_too() {
+    // Each event loop has its own SO_REUSEPORT listener; a second gateway binding the same
+    // port that way would silently take half the connections. It is refused instead.
+    let dir = temp_dir("shared-port");
+    let first = dir.join("first.yaml");
+    std::fs::write(
+        &first,
+        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nthreads: 2\n",
+    )
+    .unwrap();
+    let running = GatewayProcess::start(&first, &[]);
+    let port = running.addr.port();
+    let workers = std::fs::read_dir(format!("/proc/{}/task", running.pid()))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("sluice-worker-"))
+        .count();
+    assert_eq!(workers, 2, "`threads: 2` serves clients on two event loops");
+    let second = dir.join("second.yaml");
+    std::fs::write(
+        &second,
+        format!("listen: 127.0.0.1:{port}\nadmin_listen: 127.0.0.1:0\nthreads: 2\n"),
+    )
+    .unwrap();
+    let output = run_to_exit(&second);
+    assert!(
+        !output.status.success(),
+        "a second gateway on a served port does not start"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port} (`listen`): "))
+            && stderr.contains("in use"),
+        "the error names the address, the setting and the cause: {stderr}"
+    );
+    running.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
     let dir = temp_dir("demo");

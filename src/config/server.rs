@@ -6,7 +6,7 @@ use super::raw::{RawConfig, RawSize};
 use super::values::{duration, nonzero, parse_size, socket_addr, Bounds, Errors};
 use super::{Config, ConfigWarning, KeyConfig, ModelConfig, UpstreamConfig};
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ pub(super) struct Settings {
     environment: String,
     max_body_bytes: usize,
     hosts: Vec<String>,
-    threads: usize,
+    threads: NonZeroUsize,
     max_concurrent: Option<NonZeroU32>,
     shutdown_grace: Duration,
     client_timeout: Duration,
@@ -214,14 +214,14 @@ fn body_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
     max_body_bytes
 }
 
-/// Worker threads: one per available core by default.
-fn threads(errors: &mut Errors, threads: Option<usize>) -> usize {
+/// Event loops serving clients: one per available core by default.
+fn threads(errors: &mut Errors, threads: Option<usize>) -> NonZeroUsize {
     let threads =
         threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    if threads == 0 {
+    NonZeroUsize::new(threads).unwrap_or_else(|| {
         errors.push("threads", "must be at least 1");
-    }
-    threads
+        NonZeroUsize::MIN
+    })
 }
 
 /// `retry_attempts` (bounded) and `retry_backoff`.

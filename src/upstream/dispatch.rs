@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
+use pingora::connectors::TransportConnector;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
@@ -24,6 +25,8 @@ use std::time::{Duration, Instant};
 /// One request to deliver.
 pub struct Dispatch<'a> {
     pub model: &'a Model,
+    /// The serving event loop's connection pool.
+    pub pool: &'a TransportConnector,
     pub body: RequestBody<'a>,
     /// The path under the upstream's base URL, e.g. `/chat/completions`.
     pub path: String,
@@ -260,7 +263,7 @@ async fn attempts(
         measured.status = None;
         measured.usage = None;
         measured.response_model = None;
-        let outcome = exchange(session, upstreams, metrics, call, measured).await;
+        let outcome = exchange(session, dispatch.pool, metrics, call, measured).await;
         drop((slot, in_flight));
         if let Some(attempt) = attempt {
             finish_attempt(attempt, &outcome, measured);

@@ -19,13 +19,13 @@ use super::verdict::{
     failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Onward, Outcome,
     Reached,
 };
-use super::Upstreams;
 use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
+use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::Stream;
@@ -110,7 +110,7 @@ enum NoAnswer {
 /// Sends the call upstream and relays the answer to the client.
 pub(super) async fn exchange(
     session: &mut Session,
-    upstreams: &Upstreams,
+    pool: &TransportConnector,
     metrics: &Metrics,
     call: Call<'_>,
     measured: &mut Exchange,
@@ -119,13 +119,13 @@ pub(super) async fn exchange(
     let sent_at = Instant::now();
     let deadline = upstream.policy.total_timeout.map(|total| sent_at + total);
     let first_byte_by = bounded(sent_at + upstream.first_byte_timeout, deadline);
-    let mut answer = send(session, upstreams, &call, Connection::Pooled, first_byte_by).await;
+    let mut answer = send(session, pool, &call, Connection::Pooled, first_byte_by).await;
     if let Err(NoAnswer::Early(Early {
         failure: EarlyFailure::DeadPooled,
         ..
     })) = answer
     {
-        answer = send(session, upstreams, &call, Connection::Fresh, first_byte_by).await;
+        answer = send(session, pool, &call, Connection::Fresh, first_byte_by).await;
     }
     // Time spent on the upstream counts as upstream time, failed attempts included.
     let ttfb = sent_at.elapsed();
@@ -284,7 +284,7 @@ pub(super) async fn exchange(
         return Outcome::ClientGone(e);
     }
     match request {
-        Request::Whole => release(upstreams, upstream, connection).await,
+        Request::Whole => release(pool, upstream, connection).await,
         Request::CutShort => connection.shutdown().await,
     }
     Outcome::Answered {
@@ -295,16 +295,14 @@ pub(super) async fn exchange(
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
 pub(super) async fn release(
-    upstreams: &Upstreams,
+    pool: &TransportConnector,
     upstream: &Upstream,
     mut connection: UpstreamSession,
 ) {
     connection.respect_keepalive();
     if let Some(stream) = connection.reuse().await {
         let peer = &upstream.peer;
-        upstreams
-            .connector
-            .release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
+        pool.release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
     }
 }
 
@@ -316,7 +314,7 @@ pub(super) fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
 /// Connects (from the pool, or fresh), sends the request and reads the response header.
 async fn send(
     session: &mut Session,
-    upstreams: &Upstreams,
+    pool: &TransportConnector,
     call: &Call<'_>,
     connection: Connection,
     first_byte_by: Instant,
@@ -324,12 +322,8 @@ async fn send(
     let upstream = call.upstream;
     let peer = &upstream.peer;
     let connected = match connection {
-        Connection::Fresh => upstreams
-            .connector
-            .new_stream(peer)
-            .await
-            .map(|s| (s, false)),
-        Connection::Pooled => match upstreams.connector.get_stream(peer).await {
+        Connection::Fresh => pool.new_stream(peer).await.map(|s| (s, false)),
+        Connection::Pooled => match pool.get_stream(peer).await {
             // Closed by the upstream while it sat in the pool (llama.cpp's server closes
             // after every stream while announcing keep-alive): found out before the
             // request goes on it, so nothing is sent twice.
@@ -337,11 +331,7 @@ async fn send(
                 if still_open(&mut stream).await {
                     Ok((stream, true))
                 } else {
-                    upstreams
-                        .connector
-                        .new_stream(peer)
-                        .await
-                        .map(|s| (s, false))
+                    pool.new_stream(peer).await.map(|s| (s, false))
                 }
             }
             other => other,

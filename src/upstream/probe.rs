@@ -114,7 +114,7 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
         .map(|h| h.status)
         .ok_or(CheckFailure::Exchange)?;
     while let Ok(Some(_)) = session.read_body_bytes().await {}
-    release(upstreams, upstream, session).await;
+    release(&upstreams.connector, upstream, session).await;
     if status.is_success() {
         Ok(())
     } else {
