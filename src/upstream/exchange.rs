@@ -321,21 +321,21 @@ async fn send(
 ) -> Result<Answer, NoAnswer> {
     let upstream = call.upstream;
     let peer = &upstream.peer;
-    let connected = match connection {
-        Connection::Fresh => pool.new_stream(peer).await.map(|s| (s, false)),
-        Connection::Pooled => match pool.get_stream(peer).await {
-            // Closed by the upstream while it sat in the pool (llama.cpp's server closes
-            // after every stream while announcing keep-alive): found out before the
-            // request goes on it, so nothing is sent twice.
-            Ok((mut stream, true)) => {
-                if still_open(&mut stream).await {
-                    Ok((stream, true))
-                } else {
-                    pool.new_stream(peer).await.map(|s| (s, false))
-                }
-            }
-            other => other,
+    let pooled = match connection {
+        Connection::Fresh => None,
+        // Closed by the upstream while it sat in the pool (llama.cpp's server closes after
+        // every stream while announcing keep-alive): found out before the request goes on
+        // it, so nothing is sent twice.
+        Connection::Pooled => match pool.reused_stream(peer).await {
+            Some(mut stream) => still_open(&mut stream).await.then_some(stream),
+            None => None,
         },
+    };
+    let connected = match pooled {
+        Some(stream) => Ok((stream, true)),
+        // Boxed: connecting (TCP, TLS) is an 8 KB state machine that most requests, served
+        // from the pool, never enter; inline it would be copied with every request's future.
+        None => Box::pin(pool.new_stream(peer)).await.map(|s| (s, false)),
     };
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
