@@ -288,29 +288,30 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
                 &format!("messages[{i}] must be an object with 'role' and 'content'."),
             )
         })?;
-        let role_param = format!("messages[{i}].role");
+        // The parameter names are made only for an error: this runs for every message.
+        let role_param = || format!("messages[{i}].role");
         let raw_role = object
             .get("role")
-            .ok_or_else(|| invalid(&role_param, &format!("messages[{i}] has no 'role'.")))?;
+            .ok_or_else(|| invalid(&role_param(), &format!("messages[{i}] has no 'role'.")))?;
         let role: Cow<str> = serde_json::from_str(raw_role.get()).map_err(|_| {
             invalid(
-                &role_param,
+                &role_param(),
                 &format!("messages[{i}].role must be a string."),
             )
         })?;
-        let content_param = format!("messages[{i}].content");
+        let content_param = || format!("messages[{i}].content");
         match object.get("content").map(|c| c.get().as_bytes()[0]) {
             Some(b'"') | Some(b'[') => {}
             Some(b'n') | None if role == "assistant" => {}
             None => {
                 return Err(invalid(
-                    &content_param,
+                    &content_param(),
                     &format!("messages[{i}] has no 'content'."),
                 ))
             }
             Some(_) => {
                 return Err(invalid(
-                    &content_param,
+                    &content_param(),
                     &format!(
                         "messages[{i}].content must be a string or an array of content parts."
                     ),
