@@ -51,7 +51,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Idle connections kept per upstream in the pool.
+/// Idle connections a pool keeps, all upstreams together (the least recently used go
+/// first); there is one pool per event loop.
 const POOLED_CONNECTIONS: usize = 128;
 
 /// Every upstream's state, by name, and the connection pool of the health checks.
