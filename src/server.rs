@@ -177,7 +177,7 @@ pub async fn start_on(
         None => None,
     };
     let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
-    let proxy = |_worker| {
+    let proxy = || {
         let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
         Arc::new(pingora::proxy::http_proxy(&server_conf, proxy))
     };
@@ -188,7 +188,7 @@ pub async fn start_on(
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
     let (addr, workers) = match loops {
-        EventLoops::Caller => listen(config.listen, proxy(0), clients, clients_watch)
+        EventLoops::Caller => listen(config.listen, proxy(), clients, clients_watch)
             .await
             .map(|(addr, _)| (addr, None)),
         EventLoops::PerCore(threads) => {

@@ -24,7 +24,7 @@ pub struct Workers {
 
 /// What the workers serve and until when.
 pub struct Service<F> {
-    /// The app each worker serves (called once per worker, with its index).
+    /// Makes the app a worker serves (called once per worker: each has its own).
     pub app: F,
     pub policy: ClientPolicy,
     /// Turns true when the listeners close (the start of a drain).
@@ -42,7 +42,7 @@ pub async fn start<A, F>(
 ) -> std::io::Result<(SocketAddr, Workers)>
 where
     A: HttpServerApp + Send + Sync + 'static,
-    F: Fn(usize) -> Arc<A>,
+    F: Fn() -> Arc<A>,
 {
     // A plain bind first: a port another process holds is refused here, even when that
     // process also uses SO_REUSEPORT (two gateways must not share a port unknowingly),
@@ -60,7 +60,7 @@ where
     for (index, socket) in sockets.into_iter().enumerate() {
         let (listening, listens) = oneshot::channel();
         let worker = Worker {
-            app: (service.app)(index),
+            app: (service.app)(),
             policy: service.policy.clone(),
             open: Arc::clone(&open),
             stop_accepting: service.stop_accepting.clone(),
