@@ -110,6 +110,24 @@ async fn retry_after_from_one_replica_is_exact_on_another() {
     assert_eq!(gated.status, 429);
     let left: u64 = gated.header("retry-after-ms").unwrap().parse().unwrap();
     assert!(left <= wait, "{left} <= {wait}");
+    // With the rate headers the store's own refusal carried: the limit, none left, and a
+    // reset counted down from the refusal's.
+    assert_eq!(gated.header("x-ratelimit-limit-requests"), Some("120"));
+    assert_eq!(
+        gated.header("x-ratelimit-remaining-requests"),
+        refused.header("x-ratelimit-remaining-requests")
+    );
+    assert_eq!(gated.header("x-ratelimit-remaining-requests"), Some("0"));
+    let reset_ms = |r: &Response| {
+        let text = r.header("x-ratelimit-reset-requests").expect("a reset");
+        parse_reset_ms(text)
+    };
+    assert!(
+        reset_ms(&gated) <= reset_ms(&refused),
+        "{:?} <= {:?}",
+        gated.header("x-ratelimit-reset-requests"),
+        refused.header("x-ratelimit-reset-requests")
+    );
     tokio::time::sleep(Duration::from_millis(wait)).await;
     assert_eq!(
         chat(a.addr(), SHARED, &chat_body("chat-model"))
@@ -392,4 +410,15 @@ async fn a_reload_changes_a_shared_limit_without_resetting_usage() {
         [200, 429],
         "one more for the larger burst; the two used still count"
     );
+}
+
+/// Milliseconds of a short `x-ratelimit-reset-*` value (`480ms`, `1.5s`).
+fn parse_reset_ms(text: &str) -> f64 {
+    match text.strip_suffix("ms") {
+        Some(ms) => ms.parse().expect("milliseconds"),
+        None => {
+            let seconds: f64 = text.strip_suffix('s').expect("seconds").parse().expect("seconds");
+            seconds * 1000.0
+        }
+    }
 }

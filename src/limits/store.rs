@@ -40,8 +40,8 @@ pub struct Store {
     refresh: Script,
     up: AtomicBool,
     probing: AtomicBool,
-    /// Keys refused by the store, until when, and with what.
-    gate: DashMap<String, (Instant, RequestError)>,
+    /// Keys refused by the store: when, until when, and with what.
+    gate: DashMap<String, (Instant, Instant, Refusal)>,
     /// Leases of requests in flight on this replica: lease id to its Redis key.
     leases: Mutex<std::collections::HashMap<String, String>>,
     refreshing: AtomicBool,
@@ -62,13 +62,18 @@ pub enum Shared {
         rate: Option<RateStatus>,
         tokens: Option<TokenStatus>,
     },
-    Refused {
-        error: RequestError,
-        rate: Option<RateStatus>,
-        tokens: Option<TokenStatus>,
-    },
+    Refused(Refusal),
     /// The store could not be used: `on_error` decides.
     Unavailable,
+}
+
+/// A refusal by the store: the error, and where the key's buckets stood, for the answer's
+/// `x-ratelimit-*` headers.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub error: RequestError,
+    pub rate: Option<RateStatus>,
+    pub tokens: Option<TokenStatus>,
 }
 
 /// What an admitted request holds in the store until it ends: its lease and its token
@@ -200,12 +205,25 @@ impl Store {
         notified.await;
     }
 
-    /// The refusal a key still has from the store, without asking it (the local gate).
-    pub fn gated(&self, name: &str) -> Option<RequestError> {
+    /// The refusal a key still has from the store, without asking it (the local gate):
+    /// its waits and resets counted down since, the remaining counts as the store gave them.
+    pub fn gated(&self, name: &str) -> Option<Refusal> {
         let entry = self.gate.get(name)?;
-        let (until, error) = &*entry;
-        let left = until.checked_duration_since(Instant::now())?;
-        Some(with_wait(error, left))
+        let (at, until, refusal) = &*entry;
+        let now = Instant::now();
+        let left = until.checked_duration_since(now)?;
+        let since = now.duration_since(*at);
+        Some(Refusal {
+            error: with_wait(&refusal.error, left),
+            rate: refusal.rate.map(|rate| RateStatus {
+                reset: rate.reset.saturating_sub(since),
+                ..rate
+            }),
+            tokens: refusal.tokens.map(|tokens| TokenStatus {
+                reset: tokens.reset.saturating_sub(since),
+                ..tokens
+            }),
+        })
     }
 
     /// Forgets the refusals of the local gate (a reload may have changed the limits).
@@ -301,17 +319,19 @@ impl Store {
                 }
             }
         };
-        if answer[0] != 2 {
-            // Refused for a wait the store measured: the same request is refused here until
-            // it is over, without a call.
-            self.gate
-                .insert(key.name.clone(), (Instant::now() + wait, error.clone()));
-        }
-        Shared::Refused {
+        let refusal = Refusal {
             error,
             rate,
             tokens,
+        };
+        if answer[0] != 2 {
+            // Refused for a wait the store measured: the same request is refused here until
+            // it is over, without a call.
+            let now = Instant::now();
+            self.gate
+                .insert(key.name.clone(), (now, now + wait, refusal.clone()));
         }
+        Shared::Refused(refusal)
     }
 
     /// One call within the timeout, timed and counted; a failure marks the store down.

@@ -49,7 +49,9 @@ impl Proxy {
             Some(store) if store.is_up() => {
                 ctx.tokens = None;
                 if let Some(refused) = store.gated(&key.name) {
-                    return Err(refused);
+                    // The headers a store's answer would carry, as the store last gave them.
+                    (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                    return Err(refused.error);
                 }
                 let (permit, since_previous) = limiter.count_in_flight(key);
                 ctx.permits.push(permit);
@@ -140,13 +142,9 @@ impl Proxy {
                 ctx.grant = Some(grant);
                 Ok(())
             }
-            Shared::Refused {
-                error,
-                rate,
-                tokens,
-            } => {
-                (ctx.rate, ctx.tokens) = (rate, tokens);
-                Err(error)
+            Shared::Refused(refused) => {
+                (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                Err(refused.error)
             }
             Shared::Unavailable => {
                 let config = &store.config;
