@@ -1,17 +1,20 @@
-//! The request path, top to bottom. Every pingora phase we use, and the step it runs:
+//! The request path, top to bottom. [`Proxy`] is the client listener's HTTP application
+//! (pingora's `HttpServerApp`): each request on a connection runs these steps.
 //!
-//! | pingora phase          | our step                                                        |
-//! |------------------------|-----------------------------------------------------------------|
-//! | `new_ctx`              | start the clock; empty [`RequestContext`]                       |
-//! | `early_request_filter` | load the catalog snapshot once; client read/write timeouts     |
-//! | `request_filter`       | [`Proxy::handle`]: host, route, key, limits, body, model,       |
-//! |                        | capabilities, then answer locally or deliver upstream through  |
-//! |                        | [`upstream::dispatch`], to the model's fallbacks in turn if it |
-//! |                        | cannot serve; `Ok(true)` (the response is done), or            |
-//! |                        | an error for a response cut short or a client that left        |
-//! | `upstream_peer`        | never reached (see `request_filter`)                            |
-//! | `fail_to_proxy`        | an unexpected error: JSON 500 if nothing was sent yet            |
-//! | `logging`              | access log line and metrics (`outcome.rs`)                      |
+//! | step        | what it does                                                          |
+//! |-------------|-----------------------------------------------------------------------|
+//! | `read_head` | the request head; 400 for one that cannot be parsed, 405 for CONNECT |
+//! | `start`     | the head deadline ends; the catalog snapshot; client timeouts         |
+//! | `request`   | [`Proxy::handle`]: host, route, key, limits, body, model,             |
+//! |             | capabilities, then answer locally or deliver upstream through         |
+//! |             | [`upstream::dispatch`], to the model's fallbacks in turn if it cannot |
+//! |             | serve; an error for a response cut short or a client that left       |
+//! | `fail`      | after such an error: JSON 500 if nothing was sent yet                 |
+//! | `logging`   | access log line and metrics (`outcome.rs`)                            |
+//!
+//! Then the connection is handed back for its next request, unless the request failed.
+//! pingora's proxy framework (`HttpProxy`) is not used: its request future, sized for the
+//! forwarding we never let it do, was the largest allocation an open stream held.
 //!
 //! Beside this file: `context.rs` (what a request holds), `downstream.rs` (talking to the
 //! client), `fallback.rs` (which models may take a request) and `outcome.rs` (the end of a
@@ -37,6 +40,7 @@ use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::http_app::finish;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
@@ -49,9 +53,10 @@ use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
+use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::connectors::TransportConnector;
-use pingora::prelude::HttpPeer;
-use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::protocols::http::ServerSession as Session;
+use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -75,26 +80,64 @@ impl Proxy {
 }
 
 #[async_trait]
-impl ProxyHttp for Proxy {
-    type CTX = RequestContext;
+impl HttpServerApp for Proxy {
+    /// One request on a client connection: its head, the request, the record; the
+    /// connection back if it may carry another.
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: Session,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        self.read_head(&mut session).await?;
+        if *shutdown.borrow() {
+            // Draining: this is the connection's last request.
+            session.set_keepalive(None);
+        }
+        let mut ctx = RequestContext::new();
+        self.start(&mut session, &mut ctx);
+        match self.request(&mut session, &mut ctx).await {
+            Ok(()) => {
+                self.logging(&mut session, None, &mut ctx);
+                finish(session).await
+            }
+            Err(e) => {
+                self.fail(&mut session, &e, &mut ctx).await;
+                self.logging(&mut session, Some(&e), &mut ctx);
+                session.on_proxy_failure(e);
+                None
+            }
+        }
+    }
+}
 
-    /// Runs when a request's head has been read: its clock starts here.
-    fn new_ctx(&self) -> RequestContext {
-        RequestContext::new()
+impl Proxy {
+    /// Reads a request head; `None` when there is none to serve (the client left, or sent a
+    /// head that cannot be parsed, answered 400, or a `CONNECT`, answered 405).
+    async fn read_head(&self, session: &mut Session) -> Option<()> {
+        match session.read_request().await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
+                    // Made JSON, like every answer, by the client transport (`transport.rs`).
+                    let _ = session.respond_error(400).await;
+                }
+                session.shutdown().await;
+                return None;
+            }
+        }
+        if session.req_header().method == http::Method::CONNECT {
+            let _ = session.respond_error(405).await;
+            session.shutdown().await;
+            return None;
+        }
+        Some(())
     }
 
-    /// Before anything else, as soon as the head is read: the head deadline ends, and the
-    /// one catalog snapshot this request will use sets the client connection's timeouts.
-    async fn early_request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestContext,
-    ) -> Result<()> {
-        if let Some(connection) = session
-            .as_downstream()
-            .stream()
-            .and_then(BufferedStream::client_connection)
-        {
+    /// As soon as the head is read: the head deadline ends, and the one catalog snapshot
+    /// this request will use sets the client connection's timeouts.
+    fn start(&self, session: &mut Session, ctx: &mut RequestContext) {
+        if let Some(connection) = session.stream().and_then(BufferedStream::client_connection) {
             connection.request_started();
         }
         let catalog = self.gateway.catalog();
@@ -103,29 +146,24 @@ impl ProxyHttp for Proxy {
         session.set_read_timeout(Some(timeout));
         // A stalled reader must not hold its concurrency slot forever.
         session.set_write_timeout(Some(timeout));
-        Ok(())
     }
 
     /// The whole request: every decision, then the answer, local or proxied. The one place
-    /// a [`Failure`] becomes pingora's result.
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestContext,
-    ) -> Result<bool> {
+    /// a [`Failure`] becomes an error for the connection.
+    async fn request(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<()> {
         match self.handle(session, ctx).await {
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(()),
             Err(Failure::Answer(error)) => {
                 answer(session, ctx, error_response(&error)).await?;
                 record_error(&self.gateway, ctx, error);
-                Ok(true)
+                Ok(())
             }
             Err(Failure::Ended { error, then }) => {
                 // The answer was a 200 that the upstream broke: logged with its code and
                 // counted in sluice_upstream_errors_total, not as a rejection.
                 ctx.error = Some(error);
                 match then {
-                    AfterCut::KeepAlive => Ok(true),
+                    AfterCut::KeepAlive => Ok(()),
                     AfterCut::Close => Err(Error::explain(
                         ErrorType::ConnectionClosed,
                         "upstream failed after the response started",
@@ -134,33 +172,16 @@ impl ProxyHttp for Proxy {
             }
             Err(Failure::Abort(mut e)) => {
                 // Only the client's side aborts (it left, or reading or writing it failed):
-                // marked so, `fail_to_proxy` answers nothing and counts no internal error.
+                // marked so, `fail` answers nothing and counts no internal error.
                 e.esource = ErrorSource::Downstream;
                 Err(e)
             }
         }
     }
 
-    /// Never reached: `request_filter` answers every request itself.
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut RequestContext,
-    ) -> Result<Box<HttpPeer>> {
-        Error::e_explain(
-            ErrorType::InternalError,
-            "upstream_peer is not part of Sluice's request path",
-        )
-    }
-
-    /// After an error from an earlier phase: a JSON 500 if nothing was sent yet and the
-    /// client is still there; the client connection is not reused.
-    async fn fail_to_proxy(
-        &self,
-        session: &mut Session,
-        e: &Error,
-        ctx: &mut RequestContext,
-    ) -> FailToProxy {
+    /// After an error: a JSON 500 if nothing was sent yet and the client is still there.
+    /// The connection is not reused.
+    async fn fail(&self, session: &mut Session, e: &Error, ctx: &mut RequestContext) {
         let client_gone = matches!(e.esource(), ErrorSource::Downstream)
             || matches!(
                 e.etype(),
@@ -172,25 +193,10 @@ impl ProxyHttp for Proxy {
             let _ = answer(session, ctx, error_response(&error)).await;
             record_error(&self.gateway, ctx, error);
         }
-        FailToProxy {
-            error_code: ctx.status,
-            can_reuse_downstream: false,
-        }
-    }
-
-    /// Always: disconnects are normal for streaming clients, and `logging` records every
-    /// outcome.
-    fn suppress_error_log(
-        &self,
-        _session: &Session,
-        _ctx: &RequestContext,
-        _error: &Error,
-    ) -> bool {
-        true
     }
 
     /// Last, for every request that ran: the access-log line and the request metrics.
-    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
+    fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
         settle_tokens(&self.gateway, e, ctx);
         log_request(&self.gateway, session, e, ctx);
         finish_trace(e, ctx);
@@ -200,7 +206,7 @@ impl ProxyHttp for Proxy {
 impl Proxy {
     /// The decisions of DESIGN §1 in their order, then the answer.
     async fn handle(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<(), Failure> {
-        // Loaded once in `early_request_filter`: the whole request sees one snapshot.
+        // Loaded once in `start`: the whole request sees one snapshot.
         let catalog = Arc::clone(ctx.catalog.get_or_insert_with(|| self.gateway.catalog()));
         let request = session.req_header();
         ctx.request_id = crate::request_id::accept_or_generate(

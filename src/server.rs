@@ -176,11 +176,7 @@ pub async fn start_on(
         }
         None => None,
     };
-    let server_conf = Arc::new(pingora::server::configuration::ServerConf::default());
-    let proxy = || {
-        let proxy = crate::proxy::Proxy::new(Arc::clone(&gateway));
-        Arc::new(pingora::proxy::http_proxy(&server_conf, proxy))
-    };
+    let proxy = || Arc::new(crate::proxy::Proxy::new(Arc::clone(&gateway)));
     let clients = ClientPolicy {
         header_timeout: config.client_header_timeout,
         idle_timeout: config.client_idle_timeout,

@@ -417,7 +417,11 @@ fn parse_reset_ms(text: &str) -> f64 {
     match text.strip_suffix("ms") {
         Some(ms) => ms.parse().expect("milliseconds"),
         None => {
-            let seconds: f64 = text.strip_suffix('s').expect("seconds").parse().expect("seconds");
+            let seconds: f64 = text
+                .strip_suffix('s')
+                .expect("seconds")
+                .parse()
+                .expect("seconds");
             seconds * 1000.0
         }
     }

@@ -13,7 +13,7 @@ use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,12 +60,8 @@ pub(super) async fn answer(
     }
     ctx.status = response.status;
     ctx.exchange.bytes_out += response.body.len();
-    session
-        .write_response_header(Box::new(header), false)
-        .await?;
-    session
-        .write_response_body(Some(response.body), true)
-        .await?;
+    session.write_response_header(Box::new(header)).await?;
+    session.write_response_body(response.body, true).await?;
     if body_unread {
         // Read and discard what the client is still sending, for a while, before the
         // close: closing with unread data makes the kernel send a reset, and a client
@@ -162,7 +158,6 @@ async fn read_into(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if expects_continue {
         session
-            .as_downstream_mut()
             .write_continue_response()
             .await
             .map_err(Failure::Abort)?;

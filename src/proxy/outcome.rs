@@ -11,7 +11,7 @@ use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
 use bytes::Bytes;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession as Session;
 use pingora::Error;
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@ use crate::percent::percent_encode;
 use crate::response_id::StoredResponseId;
 use crate::route::StoredAction;
 use crate::upstream::{RequestBody, Stored};
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession as Session;
 
 impl Proxy {
     /// Steps 4-7 for a stored response named by its ID (the Responses API): it goes to the

@@ -17,7 +17,7 @@ use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
 use pingora::connectors::TransportConnector;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
 use std::time::{Duration, Instant};
@@ -195,7 +195,7 @@ async fn attempts(
         // A client that leaves while queued gives its place back at once.
         let acquired = tokio::select! {
             acquired = upstreams.acquire(upstream) => acquired,
-            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+            gone = session.read_body_or_idle(true) => {
                 let gone = gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));
                 return Delivery::ClientGone(gone);
             }

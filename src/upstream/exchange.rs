@@ -28,8 +28,8 @@ use crate::usage::Usage;
 use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
-use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
 use std::pin::Pin;
@@ -238,16 +238,13 @@ pub(super) async fn exchange(
             .insert_header("content-length", body.len().to_string())
             .ok();
     }
-    if let Err(e) = session
-        .write_response_header(Box::new(to_client), false)
-        .await
-    {
+    if let Err(e) = session.write_response_header(Box::new(to_client)).await {
         return Outcome::ClientGone(e);
     }
     let relayed = match rewritten {
         Some(body) => {
             measured.bytes_out += body.len();
-            match session.write_response_body(Some(body), false).await {
+            match session.write_response_body(body, false).await {
                 Ok(()) => Ok(()),
                 Err(e) => Err(Outcome::ClientGone(e)),
             }
@@ -280,7 +277,7 @@ pub(super) async fn exchange(
     if let Err(outcome) = relayed {
         return outcome;
     }
-    if let Err(e) = session.write_response_body(None, true).await {
+    if let Err(e) = session.write_response_body(bytes::Bytes::new(), true).await {
         return Outcome::ClientGone(e);
     }
     match request {
@@ -438,7 +435,7 @@ async fn read_header(
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout_at(deadline, upstream_session.read_response()) => read,
-            gone = session.as_downstream_mut().read_body_or_idle(true) => {
+            gone = session.read_body_or_idle(true) => {
                 upstream_session.shutdown().await;
                 return Err(NoAnswer::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
             }

@@ -14,7 +14,7 @@ use crate::response_id::IdRewrite;
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType};
 use std::time::Instant;
 
@@ -196,7 +196,7 @@ async fn next_chunk(
         tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
     let read = tokio::select! {
         read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
-        gone = session.as_downstream_mut().read_body_or_idle(true) => {
+        gone = session.read_body_or_idle(true) => {
             connection.shutdown().await;
             return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
         }
@@ -254,7 +254,7 @@ pub(super) async fn relay_body(
         };
         tail.remember(&chunk);
         measured.bytes_out += chunk.len();
-        if let Err(e) = session.write_response_body(Some(chunk), false).await {
+        if let Err(e) = session.write_response_body(chunk, false).await {
             return Err(Outcome::ClientGone(e));
         }
     }
@@ -307,8 +307,8 @@ async fn end_cut_stream(
     };
     measured.bytes_out += event.len();
     session.set_keepalive(None);
-    let written = session.write_response_body(Some(event), false).await;
-    let ended = session.write_response_body(None, true).await;
+    let written = session.write_response_body(event, false).await;
+    let ended = session.write_response_body(bytes::Bytes::new(), true).await;
     let then = if written.is_err() || ended.is_err() {
         AfterCut::Close
     } else {
