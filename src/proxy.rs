@@ -54,7 +54,6 @@ use downstream::{answer, gateway_headers, read_body, read_form, request_host, Re
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
 use pingora::apps::{HttpServerApp, ReusedHttpStream};
-use pingora::connectors::TransportConnector;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -67,14 +66,14 @@ pub struct Proxy {
     gateway: Arc<Gateway>,
     /// Keep-alive connections to the upstreams, this proxy's own: each event loop serves
     /// its own `Proxy`, so a connection is polled only by the thread that made it.
-    pool: TransportConnector,
+    pool: upstream::Pool,
 }
 
 impl Proxy {
     pub fn new(gateway: Arc<Gateway>) -> Self {
         Proxy {
             gateway,
-            pool: upstream::new_pool(),
+            pool: upstream::Pool::default(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! | `gate.rs`     | an upstream's `max_concurrent` and its bounded queue                |
 //! | `request.rs`  | the request header sent up: the one use of a credential             |
 //! | `response.rs` | the response header passed back: status, framing, `Retry-After`     |
+//! | `pool.rs`     | one event loop's idle connections to the upstreams, and the connector |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
 //! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
@@ -29,6 +30,7 @@ mod error_record;
 mod exchange;
 mod gate;
 mod health;
+mod pool;
 mod probe;
 mod relay;
 mod request;
@@ -40,35 +42,25 @@ pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;
+pub use pool::Pool;
 pub use probe::{run as run_checks, CheckContext};
 pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;
 use dashmap::DashMap;
-use pingora::connectors::{ConnectorOptions, TransportConnector};
 use prometheus::IntGauge;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Idle connections a pool keeps, all upstreams together (the least recently used go
-/// first); there is one pool per event loop.
-const POOLED_CONNECTIONS: usize = 128;
-
 /// Every upstream's state, by name, and the connection pool of the health checks.
 pub struct Upstreams {
     clock: Arc<dyn Clock>,
     states: DashMap<String, Arc<UpstreamState>>,
-    /// The health checks' connections. Requests use the pool of the event loop that
-    /// serves them (`new_pool`, one per `Proxy`), so a connection is only ever polled by
-    /// the thread that made it.
-    connector: TransportConnector,
-}
-
-/// A pool of keep-alive connections to every upstream (HTTP/1.1, TLS by rustls), and the
-/// connector that fills it.
-pub fn new_pool() -> TransportConnector {
-    TransportConnector::new(Some(ConnectorOptions::new(POOLED_CONNECTIONS)))
+    /// The health checks' connector: every check connects afresh and closes after, so it
+    /// keeps nothing. Requests use the pool of the event loop that serves them (one per
+    /// `Proxy`), so a connection is only ever polled by the thread that made it.
+    checks: Pool,
 }
 
 /// One upstream's state.
@@ -95,7 +87,7 @@ impl Upstreams {
         Upstreams {
             clock,
             states: DashMap::new(),
-            connector: new_pool(),
+            checks: Pool::new(0),
         }
     }
 

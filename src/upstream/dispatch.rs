@@ -8,7 +8,7 @@ use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange};
 use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
-use super::Upstreams;
+use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
 use crate::error::RequestError;
@@ -16,7 +16,6 @@ use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
-use pingora::connectors::TransportConnector;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType};
 use rand::Rng;
@@ -26,7 +25,7 @@ use std::time::{Duration, Instant};
 pub struct Dispatch<'a> {
     pub model: &'a Model,
     /// The serving event loop's connection pool.
-    pub pool: &'a TransportConnector,
+    pub pool: &'a Pool,
     pub body: RequestBody<'a>,
     /// The path under the upstream's base URL, e.g. `/chat/completions`.
     pub path: String,

@@ -13,6 +13,7 @@
 
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
+use super::pool::Pool;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
@@ -25,12 +26,10 @@ use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
-use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
-use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
 use std::pin::Pin;
 use std::task::Poll;
@@ -110,7 +109,7 @@ enum NoAnswer {
 /// Sends the call upstream and relays the answer to the client.
 pub(super) async fn exchange(
     session: &mut Session,
-    pool: &TransportConnector,
+    pool: &Pool,
     metrics: &Metrics,
     call: Call<'_>,
     measured: &mut Exchange,
@@ -291,15 +290,10 @@ pub(super) async fn exchange(
 }
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
-pub(super) async fn release(
-    pool: &TransportConnector,
-    upstream: &Upstream,
-    mut connection: UpstreamSession,
-) {
+pub(super) async fn release(pool: &Pool, upstream: &Upstream, mut connection: UpstreamSession) {
     connection.respect_keepalive();
     if let Some(stream) = connection.reuse().await {
-        let peer = &upstream.peer;
-        pool.release_stream(stream, peer.reuse_hash(), peer.idle_timeout());
+        pool.give_back(&upstream.peer, stream);
     }
 }
 
@@ -311,7 +305,7 @@ pub(super) fn bounded(at: Instant, deadline: Option<Instant>) -> Instant {
 /// Connects (from the pool, or fresh), sends the request and reads the response header.
 async fn send(
     session: &mut Session,
-    pool: &TransportConnector,
+    pool: &Pool,
     call: &Call<'_>,
     connection: Connection,
     first_byte_by: Instant,
@@ -323,7 +317,7 @@ async fn send(
         // Closed by the upstream while it sat in the pool (llama.cpp's server closes after
         // every stream while announcing keep-alive): found out before the request goes on
         // it, so nothing is sent twice.
-        Connection::Pooled => match pool.reused_stream(peer).await {
+        Connection::Pooled => match pool.take(peer) {
             Some(mut stream) => still_open(&mut stream).await.then_some(stream),
             None => None,
         },
@@ -332,7 +326,7 @@ async fn send(
         Some(stream) => Ok((stream, true)),
         // Boxed: connecting (TCP, TLS) is an 8 KB state machine that most requests, served
         // from the pool, never enter; inline it would be copied with every request's future.
-        None => Box::pin(pool.new_stream(peer)).await.map(|s| (s, false)),
+        None => Box::pin(pool.connect(peer)).await.map(|s| (s, false)),
     };
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");

@@ -97,8 +97,8 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
     // A fresh connection: a pooled one the backend has closed (llama.cpp closes after each
     // streamed response) would fail the check for nothing.
     let stream = upstreams
-        .connector
-        .new_stream(peer)
+        .checks
+        .connect(peer)
         .await
         .map_err(|_| CheckFailure::Connect)?;
     let mut session = UpstreamSession::new_with_options(stream, peer);
@@ -114,7 +114,7 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
         .map(|h| h.status)
         .ok_or(CheckFailure::Exchange)?;
     while let Ok(Some(_)) = session.read_body_bytes().await {}
-    release(&upstreams.connector, upstream, session).await;
+    release(&upstreams.checks, upstream, session).await;
     if status.is_success() {
         Ok(())
     } else {

@@ -1,0 +1,193 @@
+//! One event loop's keep-alive connections to the upstreams, and the connector that makes
+//! new ones (TCP, TLS by rustls).
+//!
+//! Each event loop has its own pool (one per `Proxy`), so a connection is only ever used by
+//! the thread that made it. pingora's pool does more than a loop needs: it spawns a task per
+//! connection given back, to watch it while it sits idle, and checks the socket's peer
+//! address (`getpeername`) on every reuse. Here a connection given back is only put in a
+//! list; one taken is checked with a single read poll (`exchange::still_open`), which also
+//! finds the ones the upstream closed while they were idle. The list is bounded: past
+//! [`IDLE_CONNECTIONS`], the least recently used is closed, and one idle longer than its
+//! peer's idle timeout is closed when the pool next sees it.
+
+use pingora::connectors::{ConnectorOptions, TransportConnector};
+use pingora::protocols::Stream;
+use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora::Result;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Idle connections a pool keeps, all upstreams together.
+pub const IDLE_CONNECTIONS: usize = 128;
+
+/// Keep-alive connections to every upstream, least recently used first.
+pub struct Pool {
+    connector: TransportConnector,
+    idle: Mutex<VecDeque<Idle>>,
+    capacity: usize,
+}
+
+/// A connection waiting for its next request.
+struct Idle {
+    /// Which peer it leads to (`Peer::reuse_hash`: address, TLS settings, SNI).
+    peer: u64,
+    stream: Stream,
+    /// When it may no longer be used.
+    expires: Option<Instant>,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new(IDLE_CONNECTIONS)
+    }
+}
+
+impl Pool {
+    /// A pool that keeps at most `capacity` idle connections.
+    pub fn new(capacity: usize) -> Self {
+        Pool {
+            // pingora's own pool stays empty: only `new_stream` is used.
+            connector: TransportConnector::new(Some(ConnectorOptions::new(0))),
+            idle: Mutex::new(VecDeque::with_capacity(capacity)),
+            capacity,
+        }
+    }
+
+    /// The most recently used idle connection to `peer`, if one has not expired.
+    pub fn take(&self, peer: &HttpPeer) -> Option<Stream> {
+        let hash = peer.reuse_hash();
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        drop_expired(&mut idle, now);
+        loop {
+            let at = idle.iter().rposition(|c| c.peer == hash)?;
+            let found = idle.remove(at)?;
+            if found.expires.is_none_or(|at| at > now) {
+                return Some(found.stream);
+            }
+        }
+    }
+
+    /// Keeps a connection whose exchange ended cleanly for the next request to `peer`.
+    pub fn give_back(&self, peer: &HttpPeer, stream: Stream) {
+        if self.capacity == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let expires = peer.idle_timeout().map(|t| now + t);
+        let oldest = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            drop_expired(&mut idle, now);
+            let oldest = (idle.len() >= self.capacity)
+                .then(|| idle.pop_front())
+                .flatten();
+            idle.push_back(Idle {
+                peer: peer.reuse_hash(),
+                stream,
+                expires,
+            });
+            oldest
+        };
+        // Closed outside the lock.
+        drop(oldest);
+    }
+
+    /// A new connection to `peer`.
+    pub async fn connect(&self, peer: &HttpPeer) -> Result<Stream> {
+        self.connector.new_stream(peer).await
+    }
+
+    /// Idle connections held now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// Closes the connections at the front of the list whose idle time is over. The list is in
+/// the order connections were given back, so with one idle timeout for every peer (the
+/// catalog's) the expired ones are all at the front; `take` skips any other.
+fn drop_expired(idle: &mut VecDeque<Idle>, now: Instant) {
+    while idle
+        .front()
+        .is_some_and(|c| c.expires.is_some_and(|at| at <= now))
+    {
+        idle.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connected stream to a listener on loopback (kept open by the returned listener's
+    /// accepted side).
+    async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let client: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+            client.unwrap(),
+        ));
+        (client, accepted.unwrap().0)
+    }
+
+    fn peer(listener: &TcpListener, idle: Option<Duration>) -> HttpPeer {
+        let mut peer = HttpPeer::new(listener.local_addr().unwrap(), false, String::new());
+        peer.options.idle_timeout = idle;
+        peer
+    }
+
+    #[tokio::test]
+    async fn a_connection_given_back_is_taken_by_its_own_peer_only() {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (peer_a, peer_b) = (peer(&a, None), peer(&b, None));
+        let pool = Pool::new(4);
+        let (stream, _server) = stream(&a).await;
+        pool.give_back(&peer_a, stream);
+        assert!(pool.take(&peer_b).is_none(), "not another peer's");
+        assert!(pool.take(&peer_a).is_some());
+        assert!(pool.take(&peer_a).is_none(), "taken once");
+    }
+
+    #[tokio::test]
+    async fn past_its_capacity_the_least_recently_used_is_closed() {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (peer_a, peer_b) = (peer(&a, None), peer(&b, None));
+        let pool = Pool::new(2);
+        let (first, _s1) = stream(&a).await;
+        let (second, _s2) = stream(&b).await;
+        let (third, _s3) = stream(&b).await;
+        pool.give_back(&peer_a, first);
+        pool.give_back(&peer_b, second);
+        pool.give_back(&peer_b, third);
+        assert_eq!(pool.idle_count(), 2);
+        assert!(pool.take(&peer_a).is_none(), "the oldest went");
+        assert!(pool.take(&peer_b).is_some());
+        assert!(pool.take(&peer_b).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_its_timeout_is_not_used() {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let expired = peer(&a, Some(Duration::ZERO));
+        let pool = Pool::new(4);
+        let (stream, _server) = stream(&a).await;
+        pool.give_back(&expired, stream);
+        assert!(pool.take(&expired).is_none());
+        assert_eq!(pool.idle_count(), 0, "closed, not kept");
+    }
+
+    #[tokio::test]
+    async fn a_pool_of_no_capacity_keeps_nothing() {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = peer(&a, None);
+        let pool = Pool::new(0);
+        let (stream, _server) = stream(&a).await;
+        pool.give_back(&peer, stream);
+        assert!(pool.take(&peer).is_none());
+    }
+}
