@@ -122,6 +122,9 @@ pub struct LimitsStoreConfig {
     /// `redis://` or `rediss://` (TLS), without a password.
     pub url: String,
     pub password: Option<Secret>,
+    /// `ca_file` (PEM), for a `rediss://` store whose certificate the system's roots do not
+    /// sign.
+    pub ca: Option<Vec<u8>>,
     /// Longest wait for one call; past it the call counts as failed.
     pub timeout: Duration,
     pub on_error: OnStoreError,

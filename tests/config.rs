@@ -394,3 +394,38 @@ fn every_shipped_configuration_loads() {
         "the demo, container, base and sidecar configurations"
     );
 }
+
+#[test]
+fn a_limits_store_ca_file_is_for_rediss_only_and_must_hold_certificates() {
+    let dir = temp_dir("store-ca");
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let text = format!(
+        "limits_store:\n  url: redis://127.0.0.1:6379/0\n  ca_file: {}\n",
+        not_pem.display()
+    );
+    assert_eq!(
+        errors_of(&text),
+        [
+            "g.yaml: limits_store.ca_file: only applies to a rediss:// url".to_string(),
+            format!(
+                "g.yaml: limits_store.ca_file: {} holds no PEM certificate",
+                not_pem.display()
+            ),
+        ]
+    );
+    let missing = dir.join("missing.pem");
+    let text = format!(
+        "limits_store:\n  url: rediss://127.0.0.1:6379/0\n  ca_file: {}\n",
+        missing.display()
+    );
+    let errors = errors_of(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!(
+            "g.yaml: limits_store.ca_file: cannot read {}",
+            missing.display()
+        )),
+        "{errors:?}"
+    );
+}

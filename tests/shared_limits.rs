@@ -1,8 +1,8 @@
 //! Limits shared across replicas in a real `redis-server`: three gateway processes admit the
 //! burst once between them, concurrency holds across them and a killed replica's leases
 //! expire, Retry-After is exact on another replica, each `on_error` mode while Redis is
-//! down, recovery after Redis restarts empty, a slow Redis counts as failed, and a reload
-//! changes a limit without resetting usage.
+//! down, recovery after Redis restarts empty, a slow Redis counts as failed, a reload
+//! changes a limit without resetting usage, and a `rediss://` store of its own CA.
 
 mod common;
 use common::redis_server::RedisServer;
@@ -425,4 +425,47 @@ fn parse_reset_ms(text: &str) -> f64 {
             seconds * 1000.0
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediss_store_signed_by_its_own_ca_is_shared_over_tls() {
+    let dir = temp_dir("rediss");
+    let tls = common::redis_server::TlsFiles::generate(&dir);
+    let redis = RedisServer::start_tls(tls.clone());
+    assert!(redis.url().starts_with("rediss://localhost:"));
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let limits = "    requests_per_minute: 60\n    burst: 1";
+    let trusted = format!("  timeout: 2s\n  ca_file: {}\n", tls.ca.display());
+    let yaml = shared_config(&mock.url(), &store(&redis, &trusted), limits);
+    let a = TestGateway::start(&yaml).await;
+    let b = TestGateway::start(&yaml).await;
+    assert_eq!(
+        chat(a.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        chat(b.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        429,
+        "the burst is shared over TLS"
+    );
+    assert_eq!(b.metric("sluice_limits_store_up"), 1.0);
+
+    // A gateway that does not trust the store's CA cannot use it: the handshake fails, the
+    // store counts as down, and `on_error: local` admits by this replica's own count.
+    let untrusted = shared_config(&mock.url(), &store(&redis, "  timeout: 2s\n"), limits);
+    let c = TestGateway::start(&untrusted).await;
+    assert_eq!(
+        chat(c.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200,
+        "admitted by the local fallback"
+    );
+    assert_eq!(c.metric("sluice_limits_store_up"), 0.0);
+    assert!(!c.gateway().limits_store.clone().expect("a store").is_up());
 }

@@ -51,6 +51,7 @@ pub(super) enum RawSize {
 pub(super) struct RawLimitsStore {
     pub(super) url: Option<String>,
     pub(super) password_env: Option<String>,
+    pub(super) ca_file: Option<String>,
     pub(super) timeout: Option<String>,
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,

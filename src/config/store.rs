@@ -2,14 +2,15 @@
 
 use super::raw::RawLimitsStore;
 use super::upstream::credential;
-use super::values::{duration, Bounds, Errors};
+use super::values::{ca_file, duration, Bounds, Errors};
 use super::{LimitsStoreConfig, OnStoreError};
 use redis::IntoConnectionInfo;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 /// The section checked: a `redis://` or `rediss://` URL without a password (that comes from
-/// `password_env`), a per-call timeout, what to do when the store fails.
+/// `password_env`), the CA of a `rediss://` store if it is not the system's, a per-call
+/// timeout, what to do when the store fails.
 pub(super) fn limits_store(
     errors: &mut Errors,
     raw: Option<&RawLimitsStore>,
@@ -28,6 +29,12 @@ pub(super) fn limits_store(
         .password_env
         .as_deref()
         .and_then(|name| credential(errors, "limits_store.password_env", name, env));
+    let ca = raw.ca_file.as_deref().and_then(|name| {
+        if url.as_deref().is_some_and(|u| !u.starts_with("rediss://")) {
+            errors.push("limits_store.ca_file", "only applies to a rediss:// url");
+        }
+        ca_file(errors, "limits_store.ca_file", name).map(|file| file.pem)
+    });
     let timeout = duration(
         errors,
         "limits_store.timeout",
@@ -68,6 +75,7 @@ pub(super) fn limits_store(
     Some(LimitsStoreConfig {
         url: url?,
         password,
+        ca,
         timeout: timeout?,
         on_error,
         expected_replicas,

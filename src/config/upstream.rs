@@ -5,7 +5,8 @@
 use super::parsed::{items, Parsed};
 use super::raw::RawUpstream;
 use super::values::{
-    check_unique, duration, nonzero, optional_duration, required, required_name, Bounds, Errors,
+    ca_file, check_unique, duration, nonzero, optional_duration, required, required_name, Bounds,
+    Errors,
 };
 use super::{HostLookup, StreamUsage, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
@@ -13,7 +14,6 @@ use pingora::protocols::tls::CaType;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,23 +143,19 @@ fn url_and_addr(
     (url, addr)
 }
 
-/// The `ca_file` called `name`, read relative to the directory of the file the errors name
-/// (the configuration file, when it was loaded by `load_files`).
+/// The `ca_file` called `name`, as pingora's per-peer CA list.
 fn ca(errors: &mut Errors, path: &str, name: &str, url: Option<&http::Uri>) -> Option<Arc<CaType>> {
+    let field = format!("{path}.ca_file");
     if url.is_some_and(|u| u.scheme_str() != Some("https")) {
-        errors.push(format!("{path}.ca_file"), "only applies to an https:// url");
+        errors.push(field.clone(), "only applies to an https:// url");
     }
-    let full = Path::new(&errors.file)
-        .parent()
-        .unwrap_or(Path::new(""))
-        .join(name);
-    match read_ca_file(&full) {
-        Ok(ca) => Some(ca),
-        Err(message) => {
-            errors.push(format!("{path}.ca_file"), message);
-            None
-        }
-    }
+    let file = ca_file(errors, &field, name)?;
+    let certificates: Vec<WrappedX509> = file
+        .certificates
+        .into_iter()
+        .map(|der| WrappedX509::new(der, parse_x509))
+        .collect();
+    Some(Arc::from(certificates.into_boxed_slice()))
 }
 
 /// The credential held by the environment variable `name` (`api_key_env`), without the
@@ -308,24 +304,6 @@ fn ejection(errors: &mut Errors, parsed: &Parsed<RawUpstream>) -> (u32, Duration
         eject_duration.unwrap_or_default(),
         eject_duration_max.unwrap_or_default(),
     )
-}
-
-/// Every certificate of a PEM file, checked to parse, as pingora's per-peer CA list.
-fn read_ca_file(path: &Path) -> Result<Arc<CaType>, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut certificates = Vec::new();
-    for item in rustls_pemfile::certs(&mut text.as_slice()) {
-        let der =
-            item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
-        // pingora's parser panics on a bad certificate: check it with the same parser first.
-        x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| format!("{}: a certificate does not parse: {e}", path.display()))?;
-        certificates.push(WrappedX509::new(der.to_vec(), parse_x509));
-    }
-    if certificates.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
-    }
-    Ok(Arc::from(certificates.into_boxed_slice()))
 }
 
 /// An absolute http(s) URL without credentials or query string.

@@ -263,3 +263,43 @@ pub fn parse_size(text: &str) -> Option<usize> {
     };
     number.checked_mul(factor)
 }
+
+/// A `ca_file` as read: the file's PEM text and each certificate in it (DER), every one
+/// checked to parse.
+pub(super) struct CaFile {
+    pub(super) pem: Vec<u8>,
+    pub(super) certificates: Vec<Vec<u8>>,
+}
+
+/// The `ca_file` called `name` at `field`, read relative to the directory of the file the
+/// errors name (the configuration file, when it was loaded by `load_files`).
+pub(super) fn ca_file(errors: &mut Errors, field: &str, name: &str) -> Option<CaFile> {
+    let full = std::path::Path::new(&errors.file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(name);
+    match read_ca_file(&full) {
+        Ok(ca) => Some(ca),
+        Err(message) => {
+            errors.push(field, message);
+            None
+        }
+    }
+}
+
+fn read_ca_file(path: &std::path::Path) -> Result<CaFile, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut certificates = Vec::new();
+    for item in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let der =
+            item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
+        // pingora's parser panics on a bad certificate: check it with the same parser first.
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("{}: a certificate does not parse: {e}", path.display()))?;
+        certificates.push(der.to_vec());
+    }
+    if certificates.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(CaFile { pem, certificates })
+}

@@ -166,9 +166,20 @@ impl Store {
                 .set_password(password.expose());
             info = info.set_redis_settings(settings);
         }
+        let client = match &config.ca {
+            // A `rediss://` store signed by its own CA (`ca_file`) instead of the system's.
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )?,
+            None => redis::Client::open(info)?,
+        };
         metrics.limits_store_up.set(1);
         Ok(Store {
-            client: redis::Client::open(info)?,
+            client,
             connection: OnceCell::new(),
             admit: Script::new(include_str!("admit.lua")),
             settle: Script::new(include_str!("settle.lua")),

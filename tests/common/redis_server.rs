@@ -12,21 +12,67 @@ const START_WAIT: Duration = Duration::from_secs(20);
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// For a server that speaks only TLS: its certificate's files.
+    tls: Option<TlsFiles>,
+}
+
+/// A server certificate for `localhost` and the CA that signed it, written to a directory.
+#[derive(Clone)]
+pub struct TlsFiles {
+    /// The CA's certificate (PEM): what a client must trust.
+    pub ca: std::path::PathBuf,
+    certificate: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    /// A fresh CA and a certificate for `localhost` signed by it, in `dir`.
+    pub fn generate(dir: &std::path::Path) -> TlsFiles {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_certificate = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let files = TlsFiles {
+            ca: dir.join("ca.pem"),
+            certificate: dir.join("redis.pem"),
+            key: dir.join("redis.key"),
+        };
+        std::fs::write(&files.ca, ca_certificate.pem()).unwrap();
+        std::fs::write(&files.certificate, certificate.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
 }
 
 impl RedisServer {
     /// Starts a server on a port the system gave and released; if another process took
     /// it in between, another port is tried.
     pub fn start() -> RedisServer {
+        Self::start_with(None)
+    }
+
+    /// A server that speaks only TLS (`rediss://`), with the certificate of `tls`.
+    pub fn start_tls(tls: TlsFiles) -> RedisServer {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<TlsFiles>) -> RedisServer {
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port();
-            if let Some(child) = spawn(port) {
+            if let Some(child) = spawn(port, tls.as_ref()) {
                 return RedisServer {
                     port,
                     child: Some(child),
+                    tls,
                 };
             }
         }
@@ -34,7 +80,11 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match self.tls {
+            // The certificate names `localhost`.
+            Some(_) => format!("rediss://localhost:{}/0", self.port),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
     }
 
     /// Kills the server at once (no save, no clean shutdown), like a crash.
@@ -48,7 +98,8 @@ impl RedisServer {
     /// Starts it again, empty, on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Some(spawn(self.port).expect("redis-server restarts on its port"));
+        self.child =
+            Some(spawn(self.port, self.tls.as_ref()).expect("redis-server restarts on its port"));
     }
 
     /// A plain client connection, to look at or disturb the server.
@@ -69,11 +120,28 @@ impl Drop for RedisServer {
 
 /// Starts `redis-server` on `port` and waits for its "Ready to accept connections" line;
 /// `None` if it exits first (the port was taken).
-fn spawn(port: u16) -> Option<Child> {
+fn spawn(port: u16, tls: Option<&TlsFiles>) -> Option<Child> {
+    let port = port.to_string();
+    let listen = match tls {
+        None => vec!["--port".into(), port],
+        Some(tls) => vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port,
+            "--tls-cert-file".into(),
+            tls.certificate.display().to_string(),
+            "--tls-key-file".into(),
+            tls.key.display().to_string(),
+            "--tls-ca-cert-file".into(),
+            tls.ca.display().to_string(),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ],
+    };
     let mut child = Command::new("redis-server")
+        .args(listen)
         .args([
-            "--port",
-            &port.to_string(),
             "--bind",
             "127.0.0.1",
             "--save",
