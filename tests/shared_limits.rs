@@ -469,3 +469,55 @@ async fn a_rediss_store_signed_by_its_own_ca_is_shared_over_tls() {
     assert_eq!(c.metric("sluice_limits_store_up"), 0.0);
     assert!(!c.gateway().limits_store.clone().expect("a store").is_up());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_survive_a_redis_that_lost_its_scripts() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let gw = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    requests_per_minute: 600\n    max_concurrent: 4",
+    ))
+    .await;
+    let mut client = redis.client().await;
+    let leases_held = |mut client: ::redis::aio::MultiplexedConnection| async move {
+        // The request's lease goes when its settlement lands, after the answer.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let held: i64 = ::redis::cmd("ZCARD")
+                .arg("sluice:{shared}:leases")
+                .query_async(&mut client)
+                .await
+                .unwrap();
+            if held == 0 || Instant::now() > deadline {
+                return held;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    for round in 0..2 {
+        if round == 1 {
+            // Redis forgets every script (as after a failover to a replica that never
+            // loaded them): both the admission and the settlement must load theirs again.
+            let _: () = ::redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut client)
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            chat(gw.addr(), SHARED, &chat_body("chat-model"))
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            leases_held(client.clone()).await,
+            0,
+            "round {round}: the settlement gave the lease back"
+        );
+    }
+    assert_eq!(gw.metric("sluice_limits_store_up"), 1.0, "no call failed");
+}
