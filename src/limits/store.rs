@@ -25,10 +25,7 @@ use redis::Script;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Notify, OnceCell};
-
-/// Most settlements sent in one pipeline.
-const SETTLEMENTS_PER_CALL: usize = 64;
+use tokio::sync::{Notify, OnceCell};
 
 /// How often a store that failed is asked whether it is back.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -48,10 +45,6 @@ pub struct Store {
     /// Leases of requests in flight on this replica: lease id to its Redis key.
     leases: Mutex<std::collections::HashMap<String, String>>,
     refreshing: AtomicBool,
-    /// Settlements for the settler task, which sends all that have gathered in one
-    /// pipeline (started by the first settlement, on a runtime).
-    settlements: mpsc::UnboundedSender<Settlement>,
-    settler: Mutex<Option<mpsc::UnboundedReceiver<Settlement>>>,
     next_lease: AtomicU64,
     /// Tells lease ids of replicas apart.
     replica: u64,
@@ -106,46 +99,48 @@ impl Grant {
     }
 
     /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
-    /// lease back, off the response path: the settlement waits for the store's settler.
+    /// lease back, in a task of its own: the response is not held up.
     pub fn settle(mut self, used: Option<u64>) {
         self.settled = true;
-        self.send_settlement(used);
+        self.spawn_settle(used);
     }
 
-    fn send_settlement(&mut self, used: Option<u64>) {
-        let lease = self.lease.take();
+    fn spawn_settle(&mut self, used: Option<u64>) {
+        let store = Arc::clone(&self.store);
+        let (key, lease, reserved) = (self.key.clone(), self.lease.take(), self.reserved);
         if let Some(lease) = &lease {
-            self.store
+            store
                 .leases
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(lease);
         }
-        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
+        if reserved.iter().all(|&n| n < 0) && lease.is_none() {
             return;
         }
-        self.store.start_settling();
-        let _ = self.store.settlements.send(Settlement {
-            key: std::mem::take(&mut self.key),
-            reserved: self.reserved,
-            used,
-            lease,
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut invocation = store.settle.prepare_invoke();
+            invocation
+                .key(tokens_key(&key))
+                .key(leases_key(&key))
+                .arg(reserved[0])
+                .arg(reserved[1])
+                .arg(used.map_or(-1, |n| n as i64))
+                .arg(lease.unwrap_or_default());
+            let _: Option<i64> = store
+                .call(|mut c| async move { invocation.invoke_async(&mut c).await })
+                .await;
         });
     }
-}
-
-/// One request's settlement: its key, what it reserved, what it used, its lease.
-struct Settlement {
-    key: String,
-    reserved: [i64; 2],
-    used: Option<u64>,
-    lease: Option<String>,
 }
 
 impl Drop for Grant {
     fn drop(&mut self) {
         if !self.settled {
-            self.send_settlement(None);
+            self.spawn_settle(None);
         }
     }
 }
@@ -183,7 +178,6 @@ impl Store {
             None => redis::Client::open(info)?,
         };
         metrics.limits_store_up.set(1);
-        let (settlements, settler) = mpsc::unbounded_channel();
         Ok(Store {
             client,
             connection: OnceCell::new(),
@@ -195,8 +189,6 @@ impl Store {
             gate: DashMap::new(),
             leases: Mutex::new(Default::default()),
             refreshing: AtomicBool::new(false),
-            settlements,
-            settler: Mutex::new(Some(settler)),
             next_lease: AtomicU64::new(0),
             replica: rand::random(),
             lease_lifetime: config.lease_lifetime,
@@ -433,70 +425,6 @@ impl Store {
             log::info!(target: "sluice::limits", "limits store answers again; shared limits resume");
             store.recovered.notify_waiters();
         });
-    }
-
-    /// Starts the settler, once, on the current runtime: it sends every settlement that
-    /// has gathered while the previous send was in flight in one pipeline (one round trip,
-    /// one task), up to [`SETTLEMENTS_PER_CALL`].
-    fn start_settling(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Some(mut waiting) = self
-            .settler
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
-            return;
-        };
-        let store = Arc::downgrade(self);
-        runtime.spawn(async move {
-            let mut batch = Vec::with_capacity(SETTLEMENTS_PER_CALL);
-            while waiting.recv_many(&mut batch, SETTLEMENTS_PER_CALL).await > 0 {
-                let Some(store) = store.upgrade() else { return };
-                store.settle_all(&batch).await;
-                batch.clear();
-            }
-        });
-    }
-
-    /// One pipeline of settle scripts; the script is loaded first if Redis lost it.
-    async fn settle_all(&self, batch: &[Settlement]) {
-        let invocations: Vec<_> = batch
-            .iter()
-            .map(|settlement| {
-                let mut invocation = self.settle.prepare_invoke();
-                invocation
-                    .key(tokens_key(&settlement.key))
-                    .key(leases_key(&settlement.key))
-                    .arg(settlement.reserved[0])
-                    .arg(settlement.reserved[1])
-                    .arg(settlement.used.map_or(-1, |n| n as i64))
-                    .arg(settlement.lease.as_deref().unwrap_or_default());
-                invocation
-            })
-            .collect();
-        let mut pipe = redis::pipe();
-        for invocation in &invocations {
-            pipe.invoke_script(invocation).ignore();
-        }
-        let (pipe, script) = (&pipe, &self.settle);
-        let _: Option<()> = self
-            .call(|mut c| async move {
-                match pipe.query_async::<()>(&mut c).await {
-                    Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        // Redis restarted empty: load the script, then send the same again.
-                        script.load_async(&mut c).await?;
-                        pipe.query_async::<()>(&mut c).await
-                    }
-                    sent => sent,
-                }
-            })
-            .await;
     }
 
     /// Keeps this replica's leases alive while their requests run.
