@@ -237,6 +237,14 @@ pub(super) async fn exchange(
             .insert_header("content-length", body.len().to_string())
             .ok();
     }
+    // The upstream's own request id, for the record of an error answer. The upstream's
+    // header is not kept while the body passes: a stream holds no second copy of it.
+    let upstream_id = (status >= 400)
+        .then(|| response.headers.get("x-request-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    drop(response);
     if let Err(e) = session.write_response_header(Box::new(to_client)).await {
         return Outcome::ClientGone(e);
     }
@@ -267,11 +275,7 @@ pub(super) async fn exchange(
         measured.response_model = model_named(head);
     }
     if let Some(body) = passing.kept {
-        let upstream_id = response
-            .headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok());
-        measured.upstream_error = Some(UpstreamErrorRecord::read(&body, upstream_id));
+        measured.upstream_error = Some(UpstreamErrorRecord::read(&body, upstream_id.as_deref()));
     }
     if let Err(outcome) = relayed {
         return outcome;
