@@ -48,6 +48,7 @@ pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;
 use dashmap::DashMap;
+use pingora::connectors::TransportConnector;
 use prometheus::IntGauge;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,7 +61,7 @@ pub struct Upstreams {
     /// The health checks' connector: every check connects afresh and closes after, so it
     /// keeps nothing. Requests use the pool of the event loop that serves them (one per
     /// `Proxy`), so a connection is only ever polled by the thread that made it.
-    checks: Pool,
+    checks: TransportConnector,
 }
 
 /// One upstream's state.
@@ -87,7 +88,7 @@ impl Upstreams {
         Upstreams {
             clock,
             states: DashMap::new(),
-            checks: Pool::new(0),
+            checks: pool::connector(),
         }
     }
 

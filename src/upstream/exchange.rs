@@ -237,11 +237,13 @@ pub(super) async fn exchange(
             .insert_header("content-length", body.len().to_string())
             .ok();
     }
-    // The upstream's own request id, for the record of an error answer. The upstream's
-    // header is not kept while the body passes: a stream holds no second copy of it.
-    let upstream_id = (status >= 400)
-        .then(|| response.headers.get("x-request-id"))
-        .flatten()
+    // The upstream's own request id, for the record of an error answer (the one whose
+    // bytes are kept). The upstream's header is not kept while the body passes: a stream
+    // holds no second copy of it.
+    let upstream_id = passing
+        .kept
+        .as_ref()
+        .and_then(|_| response.headers.get("x-request-id"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     drop(response);
@@ -294,7 +296,7 @@ pub(super) async fn exchange(
 }
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
-pub(super) async fn release(pool: &Pool, upstream: &Upstream, mut connection: UpstreamSession) {
+async fn release(pool: &Pool, upstream: &Upstream, mut connection: UpstreamSession) {
     connection.respect_keepalive();
     if let Some(stream) = connection.reuse().await {
         pool.give_back(&upstream.peer, stream);

@@ -47,8 +47,7 @@ impl Pool {
     /// A pool that keeps at most `capacity` idle connections.
     pub fn new(capacity: usize) -> Self {
         Pool {
-            // pingora's own pool stays empty: only `new_stream` is used.
-            connector: TransportConnector::new(Some(ConnectorOptions::new(0))),
+            connector: connector(),
             idle: Mutex::new(VecDeque::with_capacity(capacity)),
             capacity,
         }
@@ -102,6 +101,12 @@ impl Pool {
     pub fn idle_count(&self) -> usize {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+}
+
+/// A connector that opens connections (TCP, TLS by rustls) and keeps none: pingora's own
+/// pool stays empty, only `new_stream` is used.
+pub fn connector() -> TransportConnector {
+    TransportConnector::new(Some(ConnectorOptions::new(0)))
 }
 
 /// Closes the connections at the front of the list whose idle time is over. The list is in

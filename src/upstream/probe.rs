@@ -2,7 +2,6 @@
 //! that must answer 2xx in time. A pass clears a passive ejection at once; a failure counts
 //! like a failed request (both through [`Upstreams::record`]).
 
-use super::exchange::release;
 use super::health::HealthEffect;
 use super::request::check_header;
 use super::Upstreams;
@@ -98,7 +97,7 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
     // streamed response) would fail the check for nothing.
     let stream = upstreams
         .checks
-        .connect(peer)
+        .new_stream(peer)
         .await
         .map_err(|_| CheckFailure::Connect)?;
     let mut session = UpstreamSession::new_with_options(stream, peer);
@@ -113,8 +112,8 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
         .resp_header()
         .map(|h| h.status)
         .ok_or(CheckFailure::Exchange)?;
+    // Read whole, then closed (dropped): a check's connection is never reused.
     while let Ok(Some(_)) = session.read_body_bytes().await {}
-    release(&upstreams.checks, upstream, session).await;
     if status.is_success() {
         Ok(())
     } else {
