@@ -5,26 +5,9 @@
 //! changes a limit without resetting usage, and a `rediss://` store of its own CA.
 
 mod common;
-use common::redis_server::RedisServer;
+use common::redis_server::{shared_config, store, RedisServer, SHARED};
 use common::*;
 use std::time::{Duration, Instant};
-
-const SHARED: &str = "sk-test-shared-0123456789";
-
-/// The standard catalog plus a `limits_store` and a key `shared` with `limits`.
-fn shared_config(upstream: &str, store: &str, limits: &str) -> String {
-    config_with(upstream, &format!("limits_store:\n{store}")).replace(
-        "keys:\n",
-        &format!(
-            "keys:\n  - name: shared\n    sha256: {}\n{limits}\n",
-            key_hash(SHARED)
-        ),
-    )
-}
-
-fn store(redis: &RedisServer, extra: &str) -> String {
-    format!("  url: {}\n{extra}", redis.url())
-}
 
 fn count_statuses(responses: &[Response]) -> (usize, usize) {
     let ok = responses.iter().filter(|r| r.status == 200).count();

@@ -44,15 +44,6 @@ fn stream_body(stream_options: &str) -> String {
     )
 }
 
-fn json_with_usage(usage: &str) -> Reply {
-    Reply::json(
-        200,
-        &format!(
-            r#"{{"id":"c","object":"chat.completion","model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"x"}},"finish_reason":"stop"}}],"usage":{usage}}}"#
-        ),
-    )
-}
-
 const CHUNK: &str = r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#;
 const LAST: &str = r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
 
@@ -261,28 +252,6 @@ async fn passthrough_and_off_leave_the_request_as_the_client_sent_it() {
             "{mode}: the stream without usage is counted"
         );
     }
-}
-
-/// A chat body whose estimate is exactly `estimate` tokens: its bytes / 4 plus `max_tokens`.
-fn body_estimating(estimate: u64) -> String {
-    let with = |max: u64| {
-        format!(
-            r#"{{"model":"chat-model","max_tokens":{max},"messages":[{{"role":"user","content":"hi"}}]}}"#
-        )
-    };
-    (0..=estimate)
-        .rev()
-        .map(with)
-        .find(|body| {
-            let max: u64 = body[body.find("max_tokens\":").unwrap() + 12..]
-                .split(',')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            body.len() as u64 / 4 + max == estimate
-        })
-        .expect("a body with that estimate")
 }
 
 #[tokio::test]

@@ -1,7 +1,12 @@
-//! Limits shared by every replica, in Redis (or Valkey): one script call per admission
-//! checks and reserves every bucket of a key (request rate, token windows) and takes a
-//! concurrency lease, atomically, on Redis's clock; one call at the end settles the tokens
-//! and gives the lease back, off the response path.
+//! Limits shared by every replica, in Redis (or Valkey): one script call checks and
+//! reserves every bucket of a key (request rate, token windows) and takes a concurrency
+//! lease, atomically, on Redis's clock; at the end of the request its tokens are settled and
+//! its lease given back, off the response path.
+//!
+//! A replica has at most one call per key in flight: admissions and settlements of the key
+//! that arrive meanwhile wait and travel together in the next call (`batch.lua`). An
+//! admission waits at most one call more than it would alone; under load, calls carry many
+//! requests each, so the store's cost per request falls as the load rises.
 //!
 //! Limit values travel with each call, so a reload applies at once and keeps usage. All of
 //! a key's Redis keys share the hash tag `{name}`. A lease expires by itself unless its
@@ -25,19 +30,26 @@ use redis::Script;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::{oneshot, Notify, OnceCell};
 
 /// How often a store that failed is asked whether it is back.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most admissions, and the most settlements, one call carries.
+const BATCH_MAX: usize = 128;
+
+/// Values `batch.lua` answers per admission.
+const ANSWER: usize = 10;
 
 /// The store and what this replica knows of it.
 pub struct Store {
     pub config: LimitsStoreConfig,
     client: redis::Client,
     connection: OnceCell<ConnectionManager>,
-    admit: Script,
-    settle: Script,
+    batch: Script,
     refresh: Script,
+    /// Per key: the call in flight, and what waits for the next.
+    queues: DashMap<String, Arc<Mutex<Queue>>>,
     up: AtomicBool,
     probing: AtomicBool,
     /// Keys refused by the store: when, until when, and with what.
@@ -76,6 +88,41 @@ pub struct Refusal {
     pub tokens: Option<TokenStatus>,
 }
 
+/// What waits for a key's next call, and whether a call of the key is in flight.
+#[derive(Default)]
+struct Queue {
+    busy: bool,
+    /// The key's limits as the latest admission saw them.
+    limits: Limits,
+    admissions: Vec<Waiting>,
+    settlements: Vec<Settlement>,
+}
+
+/// A key's limits as `batch.lua` takes them (0: no such limit).
+#[derive(Clone, Copy, Default)]
+struct Limits {
+    per_minute: u32,
+    burst: u32,
+    tokens_per_minute: u64,
+    tokens_per_day: u64,
+    max_concurrent: u32,
+}
+
+/// An admission waiting for its answer (`None`: the store could not be used).
+struct Waiting {
+    estimate: u64,
+    lease: Option<String>,
+    answer: oneshot::Sender<Option<[i64; ANSWER]>>,
+}
+
+/// The end of an admitted request: its reservation (-1: no such window), the tokens it
+/// used (-1: unknown, the reservation stands) and its lease.
+struct Settlement {
+    reserved: [i64; 2],
+    used: i64,
+    lease: Option<String>,
+}
+
 /// What an admitted request holds in the store until it ends: its lease and its token
 /// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
 /// back and the reservation stands.
@@ -106,34 +153,24 @@ impl Grant {
     }
 
     fn spawn_settle(&mut self, used: Option<u64>) {
-        let store = Arc::clone(&self.store);
-        let (key, lease, reserved) = (self.key.clone(), self.lease.take(), self.reserved);
+        let lease = self.lease.take();
         if let Some(lease) = &lease {
-            store
+            self.store
                 .leases
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(lease);
         }
-        if reserved.iter().all(|&n| n < 0) && lease.is_none() {
+        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+        let settlement = Settlement {
+            reserved: self.reserved,
+            used: used.map_or(-1, |n| n as i64),
+            lease,
         };
-        runtime.spawn(async move {
-            let mut invocation = store.settle.prepare_invoke();
-            invocation
-                .key(tokens_key(&key))
-                .key(leases_key(&key))
-                .arg(reserved[0])
-                .arg(reserved[1])
-                .arg(used.map_or(-1, |n| n as i64))
-                .arg(lease.unwrap_or_default());
-            let _: Option<i64> = store
-                .call(|mut c| async move { invocation.invoke_async(&mut c).await })
-                .await;
-        });
+        self.store
+            .enqueue(&self.key, |queue| queue.settlements.push(settlement));
     }
 }
 
@@ -181,9 +218,9 @@ impl Store {
         Ok(Store {
             client,
             connection: OnceCell::new(),
-            admit: Script::new(include_str!("admit.lua")),
-            settle: Script::new(include_str!("settle.lua")),
+            batch: Script::new(include_str!("batch.lua")),
             refresh: Script::new(REFRESH),
+            queues: DashMap::new(),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             gate: DashMap::new(),
@@ -254,24 +291,24 @@ impl Store {
             format!("{:016x}-{n}", self.replica)
         });
         let per_minute = key.requests_per_minute.map_or(0, |n| n.get());
-        let burst = key.burst.or(key.requests_per_minute).map_or(0, |n| n.get());
-        let mut invocation = self.admit.prepare_invoke();
-        invocation
-            .key(rate_key(&key.name))
-            .key(tokens_key(&key.name))
-            .key(leases_key(&key.name))
-            .arg(per_minute)
-            .arg(burst)
-            .arg(key.tokens_per_minute.map_or(0, |n| n.get()))
-            .arg(key.tokens_per_day.map_or(0, |n| n.get()))
-            .arg(estimate)
-            .arg(key.max_concurrent.map_or(0, |n| n.get()))
-            .arg(lease.clone().unwrap_or_default())
-            .arg(self.lease_lifetime.as_micros() as u64);
-        let answer: Option<Vec<i64>> = self
-            .call(|mut c| async move { invocation.invoke_async(&mut c).await })
-            .await;
-        let Some(answer) = answer.filter(|a| a.len() == 10) else {
+        let limits = Limits {
+            per_minute,
+            burst: key.burst.or(key.requests_per_minute).map_or(0, |n| n.get()),
+            tokens_per_minute: key.tokens_per_minute.map_or(0, |n| n.get()),
+            tokens_per_day: key.tokens_per_day.map_or(0, |n| n.get()),
+            max_concurrent: key.max_concurrent.map_or(0, |n| n.get()),
+        };
+        let (sender, receiver) = oneshot::channel();
+        let waiting = Waiting {
+            estimate,
+            lease: lease.clone(),
+            answer: sender,
+        };
+        self.enqueue(&key.name, |queue| {
+            queue.limits = limits;
+            queue.admissions.push(waiting);
+        });
+        let Ok(Some(answer)) = receiver.await else {
             self.probe();
             return Shared::Unavailable;
         };
@@ -343,6 +380,117 @@ impl Store {
                 .insert(key.name.clone(), (now, now + wait, refusal.clone()));
         }
         Shared::Refused(refusal)
+    }
+
+    /// Adds to what waits for the key's next call, and starts the key's caller if no call
+    /// of the key is in flight.
+    fn enqueue(self: &Arc<Self>, name: &str, add: impl FnOnce(&mut Queue)) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let queue = match self.queues.get(name) {
+            Some(queue) => Arc::clone(&queue),
+            None => Arc::clone(&self.queues.entry(name.to_owned()).or_default()),
+        };
+        let start = {
+            let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
+            add(&mut waiting);
+            !std::mem::replace(&mut waiting.busy, true)
+        };
+        if start {
+            runtime.spawn(Arc::clone(self).drive(name.to_owned(), queue));
+        }
+    }
+
+    /// The key's caller: sends what waits, one call at a time, until nothing does.
+    async fn drive(self: Arc<Self>, name: String, queue: Arc<Mutex<Queue>>) {
+        loop {
+            let (limits, admissions, settlements) = {
+                let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
+                // Requests given up while waiting (their clients left) are not sent.
+                waiting.admissions.retain(|w| !w.answer.is_closed());
+                if waiting.admissions.is_empty() && waiting.settlements.is_empty() {
+                    waiting.busy = false;
+                    return;
+                }
+                let admissions = waiting.admissions.len().min(BATCH_MAX);
+                let settlements = waiting.settlements.len().min(BATCH_MAX);
+                (
+                    waiting.limits,
+                    waiting.admissions.drain(..admissions).collect::<Vec<_>>(),
+                    waiting.settlements.drain(..settlements).collect::<Vec<_>>(),
+                )
+            };
+            let answer = if self.is_up() {
+                self.send(&name, limits, &admissions, &settlements).await
+            } else {
+                // Down: the admissions apply `on_error`; the leases expire on their own.
+                None
+            };
+            for (i, waiting) in admissions.into_iter().enumerate() {
+                let values = answer
+                    .as_ref()
+                    .map(|a| <[i64; ANSWER]>::try_from(&a[i * ANSWER..(i + 1) * ANSWER]).unwrap());
+                if let Err(Some(values)) = waiting.answer.send(values) {
+                    if values[0] == 0 {
+                        // Admitted for a request that is gone: nobody will settle it.
+                        let settlement = Settlement {
+                            reserved: [values[8], values[9]],
+                            used: -1,
+                            lease: waiting.lease,
+                        };
+                        let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
+                        waiting.settlements.push(settlement);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One call of `batch.lua` for the key: its settlements, then its admissions; the
+    /// answers, ten values per admission, or `None` if the call failed.
+    async fn send(
+        &self,
+        name: &str,
+        limits: Limits,
+        admissions: &[Waiting],
+        settlements: &[Settlement],
+    ) -> Option<Vec<i64>> {
+        let mut invocation = self.batch.prepare_invoke();
+        invocation
+            .key(rate_key(name))
+            .key(tokens_key(name))
+            .key(leases_key(name))
+            .arg(limits.per_minute)
+            .arg(limits.burst)
+            .arg(limits.tokens_per_minute)
+            .arg(limits.tokens_per_day)
+            .arg(limits.max_concurrent)
+            .arg(self.lease_lifetime.as_micros() as u64)
+            .arg(settlements.len());
+        for settlement in settlements {
+            invocation
+                .arg(settlement.reserved[0])
+                .arg(settlement.reserved[1])
+                .arg(settlement.used)
+                .arg(settlement.lease.as_deref().unwrap_or_default());
+        }
+        invocation.arg(admissions.len());
+        for waiting in admissions {
+            invocation
+                .arg(waiting.estimate)
+                .arg(waiting.lease.as_deref().unwrap_or_default());
+        }
+        let answer: Vec<i64> = self
+            .call(|mut c| async move { invocation.invoke_async(&mut c).await })
+            .await?;
+        if answer.len() == admissions.len() * ANSWER {
+            Some(answer)
+        } else {
+            self.errors.with_label_values(&["script"]).inc();
+            self.mark_down();
+            None
+        }
     }
 
     /// One call within the timeout, timed and counted; a failure marks the store down.

@@ -10,9 +10,11 @@ pub mod otlp;
 pub mod process;
 pub mod promql;
 pub mod redis_server;
+pub mod usage;
 
 pub use client::*;
 pub use gateway::*;
 pub use mock::*;
 pub use otlp::*;
 pub use process::*;
+pub use usage::*;

@@ -1,6 +1,7 @@
 //! A real `redis-server` of the test's own (Debian's package; `tests/run` installs it):
 //! persistence off, on a free loopback port, started and killed by the test.
 
+use super::gateway::{config_with, key_hash};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -8,6 +9,24 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 const START_WAIT: Duration = Duration::from_secs(20);
+
+pub const SHARED: &str = "sk-test-shared-0123456789";
+
+/// The standard catalog plus a `limits_store` and a key `shared` with `limits`.
+pub fn shared_config(upstream: &str, store: &str, limits: &str) -> String {
+    config_with(upstream, &format!("limits_store:\n{store}")).replace(
+        "keys:\n",
+        &format!(
+            "keys:\n  - name: shared\n    sha256: {}\n{limits}\n",
+            key_hash(SHARED)
+        ),
+    )
+}
+
+/// The body of a `limits_store` section for `redis`, with `extra` settings after its URL.
+pub fn store(redis: &RedisServer, extra: &str) -> String {
+    format!("  url: {}\n{extra}", redis.url())
+}
 
 pub struct RedisServer {
     pub port: u16,

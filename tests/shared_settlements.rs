@@ -1,0 +1,143 @@
+//! What a key's calls to a real `redis-server` carry: token settlements (refunds and
+//! debt) that one replica makes and another sees, and the admissions and settlements that
+//! gather while a call of the key is in flight, sent together in the next one.
+
+mod common;
+use common::redis_server::{shared_config, store, RedisServer, SHARED};
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Waits until the key's leases are all given back (each settlement gives one back in the
+/// same script call that settles its tokens), or 5 s.
+async fn settled(redis: &RedisServer) -> i64 {
+    let mut client = redis.client().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let held: i64 = ::redis::cmd("ZCARD")
+            .arg("sluice:{shared}:leases")
+            .query_async(&mut client)
+            .await
+            .unwrap();
+        if held == 0 || Instant::now() > deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    // A day's window: Redis's clock gives back about one token in 86 s, none in this test.
+    let config = shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 2s\n"),
+        "    tokens_per_day: 1000\n    max_concurrent: 10",
+    );
+    let (a, b) = (
+        TestGateway::start(&config).await,
+        TestGateway::start(&config).await,
+    );
+    let body = body_estimating(300);
+
+    // 300 reserved on A, 10 used: 290 given back.
+    mock.push(json_with_usage(
+        r#"{"prompt_tokens":4,"completion_tokens":6}"#,
+    ));
+    let first = chat(a.addr(), SHARED, &body).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-ratelimit-remaining-tokens"), Some("700"));
+    assert_eq!(settled(&redis).await, 0, "A's request settled");
+
+    // B sees the refund: 10 used, 300 held.
+    mock.push(json_with_usage(
+        r#"{"prompt_tokens":4,"completion_tokens":6}"#,
+    ));
+    let second = chat(b.addr(), SHARED, &body).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.header("x-ratelimit-remaining-tokens"), Some("690"));
+    assert_eq!(settled(&redis).await, 0, "B's request settled");
+
+    // 2000 used against 300 reserved on A: the key owes more than its day.
+    mock.push(json_with_usage(
+        r#"{"prompt_tokens":100,"completion_tokens":1900}"#,
+    ));
+    let third = chat(a.addr(), SHARED, &body).await;
+    assert_eq!(third.status, 200);
+    assert_eq!(third.header("x-ratelimit-remaining-tokens"), Some("680"));
+    assert_eq!(settled(&redis).await, 0, "A's overage settled");
+
+    let refused = chat(b.addr(), SHARED, &body).await;
+    assert_eq!(refused.status, 429, "B sees the debt");
+    assert_eq!(refused.header("x-ratelimit-remaining-tokens"), Some("0"));
+    let error = refused.json();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tokens"),
+        "{error}"
+    );
+    // 2020 tokens held and 300 more make 2320 against 1000 a day: 1320 / 1000 of a day.
+    let retry_after: f64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!(
+        (114_000.0..=114_048.0).contains(&retry_after),
+        "retry-after {retry_after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_gather_behind_a_call_share_the_next_one() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    // A burst of 10 that refills one request a minute: exact whatever the timing.
+    let gw = TestGateway::start(&shared_config(
+        &mock.url(),
+        &store(&redis, "  timeout: 5s\n"),
+        "    requests_per_minute: 1\n    burst: 10\n    max_concurrent: 100",
+    ))
+    .await;
+    assert_eq!(
+        chat(gw.addr(), SHARED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(settled(&redis).await, 0);
+    let calls_before = gw.metric("sluice_limits_store_duration_seconds_count");
+
+    // Redis holds every call for 500 ms: the first admission's call waits there, and the
+    // other 29 requests gather behind it.
+    let mut client = redis.client().await;
+    let _: String = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("ALL")
+        .query_async(&mut client)
+        .await
+        .unwrap();
+    let addr = gw.addr();
+    let sends: Vec<_> = (0..30)
+        .map(|_| tokio::spawn(async move { chat(addr, SHARED, &chat_body("chat-model")).await }))
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap().status);
+    }
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((admitted, refused), (9, 21), "the burst's 9 left, once");
+    assert_eq!(settled(&redis).await, 0, "every lease given back");
+
+    // 30 admissions and 9 settlements: 39 calls one by one. Gathered, the admissions
+    // take two or three (7 or 8 calls in all here); the settlements come as the answers
+    // end, one call each at worst.
+    let calls = gw.metric("sluice_limits_store_duration_seconds_count") - calls_before;
+    assert!(
+        (2.0..=20.0).contains(&calls),
+        "{calls} calls for 30 admissions and 9 settlements"
+    );
+    assert_eq!(gw.metric("sluice_limits_store_up"), 1.0, "no call failed");
+}
