@@ -121,6 +121,9 @@ pub struct Config {
 pub struct LimitsStoreConfig {
     /// `redis://` or `rediss://` (TLS), without a password.
     pub url: String,
+    /// `url` is one node of a Redis Cluster: the client learns the others from it and
+    /// sends each key's calls to the node that holds its slot.
+    pub cluster: bool,
     pub password: Option<Secret>,
     /// `ca_file` (PEM), for a `rediss://` store whose certificate the system's roots do not
     /// sign.

@@ -429,3 +429,19 @@ fn a_limits_store_ca_file_is_for_rediss_only_and_must_hold_certificates() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn a_limits_store_cluster_has_only_database_0() {
+    assert_eq!(
+        errors_of("limits_store:\n  url: redis://127.0.0.1:6379/2\n  cluster: true\n"),
+        ["g.yaml: limits_store.url: names a database other than 0, which a Redis Cluster does not have"]
+    );
+    for text in [
+        "limits_store:\n  url: redis://127.0.0.1:6379/0\n  cluster: true\n",
+        "limits_store:\n  url: redis://127.0.0.1:6379/2\n",
+    ] {
+        let config = parse("g.yaml", text, None, &no_env).expect(text);
+        let store = config.limits_store.expect("a limits_store");
+        assert_eq!(store.cluster, text.contains("cluster"), "{text}");
+    }
+}

@@ -50,6 +50,7 @@ pub(super) enum RawSize {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimitsStore {
     pub(super) url: Option<String>,
+    pub(super) cluster: Option<bool>,
     pub(super) password_env: Option<String>,
     pub(super) ca_file: Option<String>,
     pub(super) timeout: Option<String>,

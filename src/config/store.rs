@@ -25,6 +25,18 @@ pub(super) fn limits_store(
         }
         Some(url) => check_url(errors, url),
     };
+    let cluster = raw.cluster.unwrap_or(false);
+    if cluster
+        && url
+            .as_deref()
+            .and_then(|u| u.into_connection_info().ok())
+            .is_some_and(|info| info.redis_settings().db() != 0)
+    {
+        errors.push(
+            "limits_store.url",
+            "names a database other than 0, which a Redis Cluster does not have",
+        );
+    }
     let password = raw
         .password_env
         .as_deref()
@@ -74,6 +86,7 @@ pub(super) fn limits_store(
     }
     Some(LimitsStoreConfig {
         url: url?,
+        cluster,
         password,
         ca,
         timeout: timeout?,

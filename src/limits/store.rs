@@ -18,6 +18,7 @@
 //! answers. A key refused by the store is refused here, without a call, until its wait is
 //! over (the local gate), so an abusive client cannot load Redis.
 
+use super::connection::{Client, Connection};
 use super::{RateStatus, TokenStatus, Window};
 use crate::catalog::Key;
 use crate::config::LimitsStoreConfig;
@@ -25,7 +26,6 @@ use crate::error::RequestError;
 use crate::metrics::Metrics;
 use dashmap::DashMap;
 use prometheus::{Histogram, IntCounterVec, IntGauge};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,8 +44,8 @@ const ANSWER: usize = 10;
 /// The store and what this replica knows of it.
 pub struct Store {
     pub config: LimitsStoreConfig,
-    client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
+    client: Client,
+    connection: OnceCell<Connection>,
     batch: Script,
     refresh: Script,
     /// Per key: the call in flight, and what waits for the next.
@@ -194,26 +194,7 @@ fn leases_key(name: &str) -> String {
 
 impl Store {
     pub fn new(config: LimitsStoreConfig, metrics: &Metrics) -> redis::RedisResult<Store> {
-        use redis::IntoConnectionInfo;
-        let mut info = config.url.as_str().into_connection_info()?;
-        if let Some(password) = &config.password {
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.expose());
-            info = info.set_redis_settings(settings);
-        }
-        let client = match &config.ca {
-            // A `rediss://` store signed by its own CA (`ca_file`) instead of the system's.
-            Some(ca) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.clone()),
-                },
-            )?,
-            None => redis::Client::open(info)?,
-        };
+        let client = Client::new(&config)?;
         metrics.limits_store_up.set(1);
         Ok(Store {
             client,
@@ -496,7 +477,7 @@ impl Store {
     /// One call within the timeout, timed and counted; a failure marks the store down.
     async fn call<T, F, Fut>(&self, call: F) -> Option<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let started = Instant::now();
@@ -523,17 +504,10 @@ impl Store {
         None
     }
 
-    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+    async fn connection(&self) -> redis::RedisResult<Connection> {
         let connection = self
             .connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.config.timeout))
-                    .set_response_timeout(Some(self.config.timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(500));
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            })
+            .get_or_try_init(|| self.client.connect(self.config.timeout))
             .await?;
         Ok(connection.clone())
     }

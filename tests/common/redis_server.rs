@@ -33,6 +33,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// For a server that speaks only TLS: its certificate's files.
     tls: Option<TlsFiles>,
+    /// More `redis-server` arguments (a cluster node's).
+    extra: Vec<String>,
 }
 
 /// A server certificate for `localhost` and the CA that signed it, written to a directory.
@@ -82,16 +84,20 @@ impl RedisServer {
     }
 
     fn start_with(tls: Option<TlsFiles>) -> RedisServer {
+        Self::start_with_args(tls, |_| Vec::new())
+    }
+
+    /// `extra(port)`: more arguments for a server on `port`.
+    fn start_with_args(tls: Option<TlsFiles>, extra: impl Fn(u16) -> Vec<String>) -> RedisServer {
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            if let Some(child) = spawn(port, tls.as_ref()) {
+            let port = free_port();
+            let extra = extra(port);
+            if let Some(child) = spawn(port, tls.as_ref(), &extra) {
                 return RedisServer {
                     port,
                     child: Some(child),
                     tls,
+                    extra,
                 };
             }
         }
@@ -117,8 +123,10 @@ impl RedisServer {
     /// Starts it again, empty, on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.child =
-            Some(spawn(self.port, self.tls.as_ref()).expect("redis-server restarts on its port"));
+        self.child = Some(
+            spawn(self.port, self.tls.as_ref(), &self.extra)
+                .expect("redis-server restarts on its port"),
+        );
     }
 
     /// A plain client connection, to look at or disturb the server.
@@ -139,7 +147,7 @@ impl Drop for RedisServer {
 
 /// Starts `redis-server` on `port` and waits for its "Ready to accept connections" line;
 /// `None` if it exits first (the port was taken).
-fn spawn(port: u16, tls: Option<&TlsFiles>) -> Option<Child> {
+fn spawn(port: u16, tls: Option<&TlsFiles>, extra: &[String]) -> Option<Child> {
     let port = port.to_string();
     let listen = match tls {
         None => vec!["--port".into(), port],
@@ -170,6 +178,7 @@ fn spawn(port: u16, tls: Option<&TlsFiles>) -> Option<Child> {
             "--enable-debug-command",
             "yes",
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -191,5 +200,95 @@ fn spawn(port: u16, tls: Option<&TlsFiles>) -> Option<Child> {
             let _ = child.wait();
             None
         }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A Redis Cluster of three primaries on loopback, the 16,384 slots split between them in
+/// three ranges, no replicas, each node a `redis-server` of the test's own.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+/// The slots each node holds, in node order.
+pub const CLUSTER_SLOTS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+impl RedisCluster {
+    /// Starts the nodes, gives each its slots, introduces them to each other, and waits
+    /// until every node reports the cluster healthy.
+    pub async fn start() -> RedisCluster {
+        let dir = super::process::temp_dir("redis-cluster");
+        let mut nodes = Vec::new();
+        let mut buses = Vec::new();
+        for _ in 0..3 {
+            let bus = free_port();
+            let dir = dir.clone();
+            nodes.push(RedisServer::start_with_args(None, move |port| {
+                vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-port".into(),
+                    bus.to_string(),
+                    "--cluster-config-file".into(),
+                    dir.join(format!("nodes-{port}.conf")).display().to_string(),
+                ]
+            }));
+            buses.push(bus);
+        }
+        for (node, (first, last)) in nodes.iter().zip(CLUSTER_SLOTS) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query_async(&mut node.client().await)
+                .await
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        let mut first = nodes[0].client().await;
+        for (node, bus) in nodes.iter().zip(&buses).skip(1) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .arg(*bus)
+                .query_async(&mut first)
+                .await
+                .expect("CLUSTER MEET");
+        }
+        let deadline = std::time::Instant::now() + START_WAIT;
+        for node in &nodes {
+            let mut client = node.client().await;
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(&mut client)
+                    .await
+                    .unwrap();
+                if info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the cluster did not form: {info}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// The node holding `slot`.
+    pub fn node_of(&self, slot: u16) -> &RedisServer {
+        let i = CLUSTER_SLOTS
+            .iter()
+            .position(|&(first, last)| (first..=last).contains(&slot))
+            .expect("a slot in 0..16384");
+        &self.nodes[i]
     }
 }

@@ -1,9 +1,10 @@
-//! What a key's calls to a real `redis-server` carry: token settlements (refunds and
-//! debt) that one replica makes and another sees, and the admissions and settlements that
-//! gather while a call of the key is in flight, sent together in the next one.
+//! What a key's calls to a real `redis-server` carry and where they go: token settlements
+//! (refunds and debt) that one replica makes and another sees, the admissions and
+//! settlements that gather while a call of the key is in flight, sent together in the next
+//! one, and a Redis Cluster whose nodes each hold some of the keys.
 
 mod common;
-use common::redis_server::{shared_config, store, RedisServer, SHARED};
+use common::redis_server::{shared_config, store, RedisCluster, RedisServer, SHARED};
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -140,4 +141,80 @@ async fn requests_that_gather_behind_a_call_share_the_next_one() {
         "{calls} calls for 30 admissions and 9 settlements"
     );
     assert_eq!(gw.metric("sluice_limits_store_up"), 1.0, "no call failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_holds_each_keys_limits_on_the_node_of_its_slot() {
+    let cluster = RedisCluster::start().await;
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    // One key whose slot is on each node (the first names that land there).
+    let mut probe = cluster.nodes[0].client().await;
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for n in 0.. {
+        let name = format!("team{n}");
+        let slot: u16 = ::redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(format!("sluice:{{{name}}}:requests"))
+            .query_async(&mut probe)
+            .await
+            .unwrap();
+        let node = cluster.node_of(slot).port;
+        if !names.iter().any(|(_, s)| cluster.node_of(*s).port == node) {
+            names.push((name, slot));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let secret = |name: &str| format!("sk-test-{name}-0123456789");
+    let keys: String = names
+        .iter()
+        .map(|(name, _)| {
+            format!(
+                "  - name: {name}\n    sha256: {}\n    requests_per_minute: 1\n    burst: 3\n    max_concurrent: 5\n",
+                key_hash(&secret(name))
+            )
+        })
+        .collect();
+    // The URL names one node; the client learns the others from it.
+    let config = config_with(
+        &mock.url(),
+        &format!(
+            "limits_store:\n  url: {}\n  cluster: true\n  timeout: 2s\n",
+            cluster.nodes[0].url()
+        ),
+    )
+    .replace("keys:\n", &format!("keys:\n{keys}"));
+    let (a, b) = (
+        TestGateway::start(&config).await,
+        TestGateway::start(&config).await,
+    );
+
+    for (name, slot) in &names {
+        let mut statuses = Vec::new();
+        for i in 0..6 {
+            let gw = if i % 2 == 0 { &a } else { &b };
+            statuses.push(
+                chat(gw.addr(), &secret(name), &chat_body("chat-model"))
+                    .await
+                    .status,
+            );
+        }
+        assert_eq!(
+            statuses,
+            [200, 200, 200, 429, 429, 429],
+            "{name}: one burst of 3 between two replicas"
+        );
+        // The key's state is on the node that holds its slot (the others answer MOVED).
+        let held: i64 = ::redis::cmd("EXISTS")
+            .arg(format!("sluice:{{{name}}}:requests"))
+            .query_async(&mut cluster.node_of(*slot).client().await)
+            .await
+            .unwrap();
+        assert_eq!(held, 1, "{name} is kept on the node of slot {slot}");
+    }
+    for gw in [&a, &b] {
+        assert_eq!(gw.metric("sluice_limits_store_up"), 1.0, "no call failed");
+    }
 }
