@@ -5,7 +5,7 @@
 
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
-use super::exchange::{exchange, Call, Exchange};
+use super::exchange::{exchange, Call, Exchange, Outgoing};
 use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
@@ -241,8 +241,6 @@ async fn attempts(
         };
         let call = Call {
             upstream,
-            header,
-            body,
             request_started: dispatch.request_started,
             response_headers: &dispatch.response_headers,
             onward,
@@ -262,7 +260,15 @@ async fn attempts(
         measured.status = None;
         measured.usage = None;
         measured.response_model = None;
-        let outcome = exchange(session, dispatch.pool, metrics, call, measured).await;
+        let outcome = exchange(
+            session,
+            dispatch.pool,
+            metrics,
+            call,
+            Outgoing { header, body },
+            measured,
+        )
+        .await;
         drop((slot, in_flight));
         if let Some(attempt) = attempt {
             finish_attempt(attempt, &outcome, measured);

@@ -57,11 +57,16 @@ pub struct Exchange {
     pub response_model: Option<String>,
 }
 
+/// What goes to the upstream: needed until the answer's header comes, not while its
+/// body passes.
+pub struct Outgoing {
+    pub header: RequestHeader,
+    pub body: Body,
+}
+
 /// One request to send upstream.
 pub struct Call<'a> {
     pub upstream: &'a Upstream,
-    pub header: RequestHeader,
-    pub body: Body,
     /// When the client's request arrived (for `server-timing`).
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
@@ -112,20 +117,40 @@ pub(super) async fn exchange(
     pool: &Pool,
     metrics: &Metrics,
     call: Call<'_>,
+    outgoing: Outgoing,
     measured: &mut Exchange,
 ) -> Outcome {
     let upstream = call.upstream;
     let sent_at = Instant::now();
     let deadline = upstream.policy.total_timeout.map(|total| sent_at + total);
     let first_byte_by = bounded(sent_at + upstream.first_byte_timeout, deadline);
-    let mut answer = send(session, pool, &call, Connection::Pooled, first_byte_by).await;
+    let mut answer = send(
+        session,
+        pool,
+        &call,
+        &outgoing,
+        Connection::Pooled,
+        first_byte_by,
+    )
+    .await;
     if let Err(NoAnswer::Early(Early {
         failure: EarlyFailure::DeadPooled,
         ..
     })) = answer
     {
-        answer = send(session, pool, &call, Connection::Fresh, first_byte_by).await;
+        answer = send(
+            session,
+            pool,
+            &call,
+            &outgoing,
+            Connection::Fresh,
+            first_byte_by,
+        )
+        .await;
     }
+    // The request went out: its header and body are not kept while the answer passes (a
+    // stream may last minutes; the upstream session holds the header copy it wrote).
+    drop(outgoing);
     // Time spent on the upstream counts as upstream time, failed attempts included.
     let ttfb = sent_at.elapsed();
     measured.upstream_wait += ttfb;
@@ -313,6 +338,7 @@ async fn send(
     session: &mut Session,
     pool: &Pool,
     call: &Call<'_>,
+    outgoing: &Outgoing,
     connection: Connection,
     first_byte_by: Instant,
 ) -> Result<Answer, NoAnswer> {
@@ -360,10 +386,10 @@ async fn send(
     let sent = async {
         coalesce.hold();
         let header_written = upstream_session
-            .write_request_header(Box::new(call.header.clone()))
+            .write_request_header(Box::new(outgoing.header.clone()))
             .await;
         let body_written = match header_written {
-            Ok(_) => call.body.write(&mut upstream_session).await,
+            Ok(_) => outgoing.body.write(&mut upstream_session).await,
             Err(e) => Err(e),
         };
         coalesce.release();
