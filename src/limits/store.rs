@@ -98,6 +98,24 @@ struct Queue {
     settlements: Vec<Settlement>,
 }
 
+/// A key's caller, on its way out: if it ends any other way than by finding nothing left
+/// to send (a panic, the runtime shutting down), the key is freed for a new caller and the
+/// admissions waiting are dropped (they apply `on_error`) instead of waiting for ever.
+struct Caller {
+    queue: Arc<Mutex<Queue>>,
+    done: bool,
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut waiting = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.busy = false;
+            waiting.admissions.clear();
+        }
+    }
+}
+
 /// A key's limits as `batch.lua` takes them (0: no such limit).
 #[derive(Clone, Copy, Default)]
 struct Limits {
@@ -385,6 +403,10 @@ impl Store {
 
     /// The key's caller: sends what waits, one call at a time, until nothing does.
     async fn drive(self: Arc<Self>, name: String, queue: Arc<Mutex<Queue>>) {
+        let mut caller = Caller {
+            queue: Arc::clone(&queue),
+            done: false,
+        };
         loop {
             let (limits, admissions, settlements) = {
                 let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -392,6 +414,7 @@ impl Store {
                 waiting.admissions.retain(|w| !w.answer.is_closed());
                 if waiting.admissions.is_empty() && waiting.settlements.is_empty() {
                     waiting.busy = false;
+                    caller.done = true;
                     return;
                 }
                 let admissions = waiting.admissions.len().min(BATCH_MAX);
