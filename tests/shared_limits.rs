@@ -465,21 +465,6 @@ async fn settlements_survive_a_redis_that_lost_its_scripts() {
     ))
     .await;
     let mut client = redis.client().await;
-    let leases_held = |mut client: ::redis::aio::MultiplexedConnection| async move {
-        // The request's lease goes when its settlement lands, after the answer.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let held: i64 = ::redis::cmd("ZCARD")
-                .arg("sluice:{shared}:leases")
-                .query_async(&mut client)
-                .await
-                .unwrap();
-            if held == 0 || Instant::now() > deadline {
-                return held;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
     for round in 0..2 {
         if round == 1 {
             // Redis forgets every script (as after a failover to a replica that never
@@ -497,7 +482,7 @@ async fn settlements_survive_a_redis_that_lost_its_scripts() {
             200
         );
         assert_eq!(
-            leases_held(client.clone()).await,
+            redis.leases_after_settling("shared").await,
             0,
             "round {round}: the settlement gave the lease back"
         );

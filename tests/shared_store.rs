@@ -6,25 +6,6 @@
 mod common;
 use common::redis_server::{shared_config, store, RedisCluster, RedisServer, SHARED};
 use common::*;
-use std::time::{Duration, Instant};
-
-/// Waits until the key's leases are all given back (each settlement gives one back in the
-/// same script call that settles its tokens), or 5 s.
-async fn settled(redis: &RedisServer) -> i64 {
-    let mut client = redis.client().await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let held: i64 = ::redis::cmd("ZCARD")
-            .arg("sluice:{shared}:leases")
-            .query_async(&mut client)
-            .await
-            .unwrap();
-        if held == 0 || Instant::now() > deadline {
-            return held;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
@@ -49,7 +30,11 @@ async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
     let first = chat(a.addr(), SHARED, &body).await;
     assert_eq!(first.status, 200);
     assert_eq!(first.header("x-ratelimit-remaining-tokens"), Some("700"));
-    assert_eq!(settled(&redis).await, 0, "A's request settled");
+    assert_eq!(
+        redis.leases_after_settling("shared").await,
+        0,
+        "A's request settled"
+    );
 
     // B sees the refund: 10 used, 300 held.
     mock.push(json_with_usage(
@@ -58,7 +43,11 @@ async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
     let second = chat(b.addr(), SHARED, &body).await;
     assert_eq!(second.status, 200);
     assert_eq!(second.header("x-ratelimit-remaining-tokens"), Some("690"));
-    assert_eq!(settled(&redis).await, 0, "B's request settled");
+    assert_eq!(
+        redis.leases_after_settling("shared").await,
+        0,
+        "B's request settled"
+    );
 
     // 2000 used against 300 reserved on A: the key owes more than its day.
     mock.push(json_with_usage(
@@ -67,7 +56,11 @@ async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
     let third = chat(a.addr(), SHARED, &body).await;
     assert_eq!(third.status, 200);
     assert_eq!(third.header("x-ratelimit-remaining-tokens"), Some("680"));
-    assert_eq!(settled(&redis).await, 0, "A's overage settled");
+    assert_eq!(
+        redis.leases_after_settling("shared").await,
+        0,
+        "A's overage settled"
+    );
 
     let refused = chat(b.addr(), SHARED, &body).await;
     assert_eq!(refused.status, 429, "B sees the debt");
@@ -106,7 +99,7 @@ async fn requests_that_gather_behind_a_call_share_the_next_one() {
             .status,
         200
     );
-    assert_eq!(settled(&redis).await, 0);
+    assert_eq!(redis.leases_after_settling("shared").await, 0);
     let calls_before = gw.metric("sluice_limits_store_duration_seconds_count");
 
     // Redis holds every call for 500 ms: the first admission's call waits there, and the
@@ -130,7 +123,11 @@ async fn requests_that_gather_behind_a_call_share_the_next_one() {
     let admitted = statuses.iter().filter(|&&s| s == 200).count();
     let refused = statuses.iter().filter(|&&s| s == 429).count();
     assert_eq!((admitted, refused), (9, 21), "the burst's 9 left, once");
-    assert_eq!(settled(&redis).await, 0, "every lease given back");
+    assert_eq!(
+        redis.leases_after_settling("shared").await,
+        0,
+        "every lease given back"
+    );
 
     // 30 admissions and 9 settlements: 39 calls one by one. Gathered, the admissions
     // take two or three (7 or 8 calls in all here); the settlements come as the answers

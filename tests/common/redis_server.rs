@@ -129,6 +129,24 @@ impl RedisServer {
         );
     }
 
+    /// The leases key `name` still holds once its settlements have landed: they land in
+    /// the background after the answer, so this waits up to 5 s for none to be left.
+    pub async fn leases_after_settling(&self, name: &str) -> i64 {
+        let mut client = self.client().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let held: i64 = redis::cmd("ZCARD")
+                .arg(format!("sluice:{{{name}}}:leases"))
+                .query_async(&mut client)
+                .await
+                .unwrap();
+            if held == 0 || std::time::Instant::now() > deadline {
+                return held;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A plain client connection, to look at or disturb the server.
     pub async fn client(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url())
