@@ -2,11 +2,9 @@
 //! or a request's header and body, leave in one system call instead of one each.
 //!
 //! pingora's own listener gives accepted streams a small write buffer; ours (see
-//! `server.rs`) cannot set it, and its HTTP/1 client flushes the request header before the
-//! body. On loopback each extra `sendto` costs a full trip through the TCP stack, which was
-//! the largest single cost of a proxied request (benches/README.md). Writes collect here
-//! until a flush; a `Coalesce` handle lets the caller hold flushes back while it writes a
-//! request's parts, then release them with the last one.
+//! `server.rs`) cannot set it. On loopback each extra `sendto` costs a full trip through
+//! the TCP stack, which was the largest single cost of a proxied request
+//! (benches/README.md). Writes collect here until a flush.
 //!
 //! The same wrapper keeps two other things that only the stream can see:
 //! - on a client connection, the bounds of `connection.rs` (the head deadline, the idle
@@ -27,7 +25,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -39,27 +37,14 @@ const BUFFER_BYTES: usize = 64 << 10;
 /// A drained buffer keeps its allocation up to this size.
 const KEPT_CAPACITY: usize = 8 << 10;
 
-/// A handle on a [`BufferedStream`] inside pingora: holds its flushes back while set, and
-/// counts the bytes read from it (so a caller knows whether any answer arrived).
+/// A handle on a [`BufferedStream`] boxed as a pingora stream: counts the bytes read from
+/// it, read-ahead included (so a caller knows whether any answer arrived).
 #[derive(Clone, Default)]
-pub struct Coalesce {
-    held: Arc<AtomicBool>,
+pub struct ReadCount {
     bytes_read: Arc<AtomicU64>,
 }
 
-impl Coalesce {
-    pub fn hold(&self) {
-        self.held.store(true, Ordering::Release);
-    }
-
-    pub fn release(&self) {
-        self.held.store(false, Ordering::Release);
-    }
-
-    fn held(&self) -> bool {
-        self.held.load(Ordering::Acquire)
-    }
-
+impl ReadCount {
     /// Bytes read from the stream since it was wrapped.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Acquire)
@@ -75,7 +60,7 @@ pub struct BufferedStream {
     buffer: Vec<u8>,
     /// Bytes of `buffer` already written out.
     written: usize,
-    coalesce: Coalesce,
+    read_count: ReadCount,
     /// A client connection's bounds; `None` on an upstream connection.
     client: Option<Arc<ClientConnection>>,
     /// Fires at the client connection's read deadline.
@@ -87,7 +72,7 @@ pub struct BufferedStream {
 impl BufferedStream {
     /// An upstream connection's stream.
     pub fn new(inner: Stream) -> Self {
-        Self::with_coalesce(inner, Coalesce::default())
+        Self::with_read_count(inner, ReadCount::default())
     }
 
     /// A client connection's stream, kept to `connection`'s bounds.
@@ -107,12 +92,12 @@ impl BufferedStream {
             .as_ref()
     }
 
-    pub fn with_coalesce(inner: Stream, coalesce: Coalesce) -> Self {
+    pub fn with_read_count(inner: Stream, read_count: ReadCount) -> Self {
         BufferedStream {
             inner,
             buffer: Vec::new(),
             written: 0,
-            coalesce,
+            read_count,
             client: None,
             timer: None,
             read_ahead: Vec::new(),
@@ -149,7 +134,7 @@ impl BufferedStream {
             }
             Poll::Ready(Ok(())) => {
                 let filled = read.filled();
-                self.coalesce
+                self.read_count
                     .bytes_read
                     .fetch_add(filled.len() as u64, Ordering::AcqRel);
                 self.read_ahead.extend_from_slice(filled);
@@ -169,20 +154,20 @@ impl BufferedStream {
         }
     }
 
-    /// The stream to give to pingora, and the handle that holds its flushes back. A stream
+    /// The stream, boxed, and the handle that counts its reads. A stream
     /// that is already buffered (back from the connection pool) keeps its buffer and handle.
-    pub fn wrap(inner: Stream) -> (Stream, Coalesce) {
+    pub fn wrap(inner: Stream) -> (Stream, ReadCount) {
         let existing = inner
             .as_any()
             .downcast_ref::<BufferedStream>()
-            .map(|b| b.coalesce.clone());
+            .map(|b| b.read_count.clone());
         match existing {
-            Some(coalesce) => (inner, coalesce),
+            Some(read_count) => (inner, read_count),
             None => {
-                let coalesce = Coalesce::default();
+                let read_count = ReadCount::default();
                 (
-                    Box::new(Self::with_coalesce(inner, coalesce.clone())),
-                    coalesce,
+                    Box::new(Self::with_read_count(inner, read_count.clone())),
+                    read_count,
                 )
             }
         }
@@ -244,7 +229,9 @@ impl AsyncRead for BufferedStream {
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
         let count = (buf.filled().len() - before) as u64;
         if count > 0 {
-            this.coalesce.bytes_read.fetch_add(count, Ordering::AcqRel);
+            this.read_count
+                .bytes_read
+                .fetch_add(count, Ordering::AcqRel);
             if let Some(client) = &this.client {
                 client.bytes_read();
             }
@@ -285,9 +272,6 @@ impl AsyncWrite for BufferedStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.coalesce.held() {
-            return Poll::Ready(Ok(()));
-        }
         ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }

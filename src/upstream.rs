@@ -30,6 +30,7 @@ mod error_record;
 mod exchange;
 mod gate;
 mod health;
+mod http1;
 mod pool;
 mod probe;
 mod relay;

@@ -5,10 +5,11 @@
 use crate::request_body::{for_target, Edits, ModelRequest};
 use crate::spool::Spool;
 use bytes::Bytes;
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
-use pingora::{Error, ErrorType};
+use pingora::protocols::Stream;
+use pingora::{Error, ErrorType, OrErr};
 use std::ops::Range;
 use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
 
 /// Bytes read from a spool per write.
 const SPOOL_CHUNK_BYTES: usize = 256 << 10;
@@ -74,31 +75,32 @@ impl Body {
     }
 
     /// Writes it to the upstream.
-    pub async fn write(&self, session: &mut UpstreamSession) -> pingora::Result<()> {
+    pub async fn write(&self, stream: &mut Stream) -> pingora::Result<()> {
         match self {
-            Body::Bytes(bytes) => session.write_body(bytes).await.map(|_| ()),
+            Body::Bytes(bytes) => write(stream, bytes).await,
             Body::Spooled { spool, splice } => {
                 let (before, with, after) = match splice {
                     Some((span, with)) => (0..span.start, with.clone(), span.end..spool.len()),
                     None => (0..spool.len(), Bytes::new(), spool.len()..spool.len()),
                 };
-                write_range(session, spool, before).await?;
-                if !with.is_empty() {
-                    session.write_body(&with).await?;
-                }
-                write_range(session, spool, after).await
+                write_range(stream, spool, before).await?;
+                write(stream, &with).await?;
+                write_range(stream, spool, after).await
             }
         }
     }
 }
 
+async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora::Result<()> {
+    stream
+        .write_all(bytes)
+        .await
+        .or_err(ErrorType::WriteError, "writing the request body")
+}
+
 /// Writes `range` of the spool, a chunk at a time. The spool was just written, so its
 /// pages are in memory: a read is a copy, not a wait on a disk.
-async fn write_range(
-    session: &mut UpstreamSession,
-    spool: &Spool,
-    range: Range<u64>,
-) -> pingora::Result<()> {
+async fn write_range(stream: &mut Stream, spool: &Spool, range: Range<u64>) -> pingora::Result<()> {
     let mut chunk = vec![0u8; SPOOL_CHUNK_BYTES.min((range.end - range.start) as usize)];
     let mut at = range.start;
     while at < range.end {
@@ -109,7 +111,7 @@ async fn write_range(
         if read == 0 {
             break;
         }
-        session.write_body(&chunk[..read]).await?;
+        write(stream, &chunk[..read]).await?;
         at += read as u64;
     }
     Ok(())

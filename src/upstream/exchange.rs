@@ -13,6 +13,7 @@
 
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
+use super::http1::{Head, Http1};
 use super::pool::Pool;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
@@ -26,8 +27,7 @@ use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
-use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType};
@@ -98,10 +98,10 @@ enum Request {
     CutShort,
 }
 
-/// A response header and the connection it came on.
+/// A response head and the connection it came on.
 struct Answer {
-    session: UpstreamSession,
-    response: Box<ResponseHeader>,
+    connection: Http1,
+    response: Head,
     request: Request,
 }
 
@@ -149,13 +149,13 @@ pub(super) async fn exchange(
         .await;
     }
     // The request went out: its header and body are not kept while the answer passes (a
-    // stream may last minutes; the upstream session holds the header copy it wrote).
+    // stream may last minutes).
     drop(outgoing);
     // Time spent on the upstream counts as upstream time, failed attempts included.
     let ttfb = sent_at.elapsed();
     measured.upstream_wait += ttfb;
     let Answer {
-        session: mut connection,
+        mut connection,
         response,
         request,
     } = match answer {
@@ -321,10 +321,10 @@ pub(super) async fn exchange(
 }
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
-async fn release(pool: &Pool, upstream: &Upstream, mut connection: UpstreamSession) {
-    connection.respect_keepalive();
-    if let Some(stream) = connection.reuse().await {
-        pool.give_back(&upstream.peer, stream);
+async fn release(pool: &Pool, upstream: &Upstream, connection: Http1) {
+    match connection.reuse() {
+        Ok(stream) => pool.give_back(&upstream.peer, stream),
+        Err(mut connection) => connection.shutdown().await,
     }
 }
 
@@ -376,54 +376,39 @@ async fn send(
             reached: Reached::Maybe,
         })
     };
-    // Header and body leave together: pingora flushes the header on its own otherwise.
-    let (stream, coalesce) = BufferedStream::wrap(stream);
-    let mut upstream_session = UpstreamSession::new_with_options(stream, peer);
-    // Our own timeouts apply (first byte, idle gap, total), not a per-read one.
-    upstream_session.read_timeout = None;
-
-    let read_before_request = coalesce.bytes_read();
-    let sent = async {
-        coalesce.hold();
-        let header_written = upstream_session
-            .write_request_header(Box::new(outgoing.header.clone()))
-            .await;
-        let body_written = match header_written {
-            Ok(_) => outgoing.body.write(&mut upstream_session).await,
-            Err(e) => Err(e),
-        };
-        coalesce.release();
-        body_written?;
-        upstream_session.finish_body().await
-    };
+    // Header and body leave together, in one write when they fit the stream's buffer.
+    let (stream, read_count) = BufferedStream::wrap(stream);
+    let mut upstream_connection = Http1::new(stream);
+    let read_before_request = read_count.bytes_read();
     // Sending is bounded by the same deadline as the first byte: a stalled upstream that
     // stops reading must not hold the request forever.
     let deadline = tokio::time::Instant::from_std(first_byte_by);
+    let sent = upstream_connection.send(&outgoing.header, &outgoing.body);
     let request = match tokio::time::timeout_at(deadline, sent).await {
         Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
         Ok(Err(e)) => {
             // The upstream may have answered before taking the whole request (a 413 for a
             // body over its limit) and closed: that answer is what the client gets. With no
             // answer, the request cannot have been processed whole.
-            let early = read_header(session, &mut upstream_session, deadline).await;
+            let early = read_header(session, &mut upstream_connection, deadline).await;
             return match early {
                 Ok(response) => Ok(Answer {
-                    session: upstream_session,
+                    connection: upstream_connection,
                     response,
                     request: Request::CutShort,
                 }),
                 Err(NoAnswer::ClientGone(gone)) => Err(NoAnswer::ClientGone(gone)),
-                Err(NoAnswer::Early(_)) if coalesce.bytes_read() == read_before_request => {
+                Err(NoAnswer::Early(_)) if read_count.bytes_read() == read_before_request => {
                     Err(failed(send_failed(connection, &e)))
                 }
                 Err(early) => Err(early),
             };
         }
-        Ok(Ok(_)) => Request::Whole,
+        Ok(Ok(())) => Request::Whole,
     };
-    let response = read_header(session, &mut upstream_session, deadline).await?;
+    let response = read_header(session, &mut upstream_connection, deadline).await?;
     Ok(Answer {
-        session: upstream_session,
+        connection: upstream_connection,
         response,
         request,
     })
@@ -444,43 +429,28 @@ async fn still_open(stream: &mut Stream) -> bool {
     .await
 }
 
-/// Reads the response header (skipping interim answers) by `deadline`, while watching the
+/// Reads the response head (interim answers skipped) by `deadline`, while watching the
 /// client: if it leaves, the upstream connection is shut so the backend stops generating.
 /// A read that fails is never sent again: the upstream may have held the request.
 async fn read_header(
     session: &mut Session,
-    upstream_session: &mut UpstreamSession,
+    connection: &mut Http1,
     deadline: tokio::time::Instant,
-) -> Result<Box<ResponseHeader>, NoAnswer> {
-    let failed = |error| {
-        NoAnswer::Early(Early {
-            failure: EarlyFailure::Failed(error),
-            reached: Reached::Maybe,
-        })
+) -> Result<Head, NoAnswer> {
+    let read = tokio::select! {
+        read = tokio::time::timeout_at(deadline, connection.read_head()) => read,
+        gone = session.read_body_or_idle(true) => {
+            connection.shutdown().await;
+            return Err(NoAnswer::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+        }
     };
-    loop {
-        let read = tokio::select! {
-            read = tokio::time::timeout_at(deadline, upstream_session.read_response()) => read,
-            gone = session.read_body_or_idle(true) => {
-                upstream_session.shutdown().await;
-                return Err(NoAnswer::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
-            }
-        };
-        match read {
-            Err(_elapsed) => return Err(failed(RequestError::UpstreamTimeout)),
-            Ok(Err(e)) => return Err(failed(read_failure(&e))),
-            Ok(Ok(_)) => {}
-        }
-        let Some(response) = upstream_session.resp_header() else {
-            return Err(failed(RequestError::UpstreamProtocolError));
-        };
-        // Skip interim answers (100 Continue and the like); 101 is not something we asked for.
-        if response.status.is_informational() {
-            if response.status.as_u16() == 101 {
-                return Err(failed(RequestError::UpstreamProtocolError));
-            }
-            continue;
-        }
-        return Ok(Box::new(response.clone()));
-    }
+    let failure = match read {
+        Ok(Ok(head)) => return Ok(head),
+        Err(_elapsed) => RequestError::UpstreamTimeout,
+        Ok(Err(e)) => read_failure(&e),
+    };
+    Err(NoAnswer::Early(Early {
+        failure: EarlyFailure::Failed(failure),
+        reached: Reached::Maybe,
+    }))
 }

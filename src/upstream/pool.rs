@@ -122,14 +122,14 @@ fn drop_expired(idle: &mut VecDeque<Idle>, now: Instant) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::net::{TcpListener, TcpStream};
 
     /// A connected stream to a listener on loopback (kept open by the returned listener's
     /// accepted side).
-    async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
+    pub(crate) async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
         let addr = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
         let client: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(

@@ -2,12 +2,13 @@
 //! that must answer 2xx in time. A pass clears a passive ejection at once; a failure counts
 //! like a failed request (both through [`Upstreams::record`]).
 
+use super::body::Body;
 use super::health::HealthEffect;
+use super::http1::Http1;
 use super::request::check_header;
 use super::Upstreams;
 use crate::catalog::{Catalog, Upstream};
 use crate::metrics::Metrics;
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,20 +101,20 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
         .new_stream(peer)
         .await
         .map_err(|_| CheckFailure::Connect)?;
-    let mut session = UpstreamSession::new_with_options(stream, peer);
+    let mut connection = Http1::new(stream);
     let exchange_failed = |_| CheckFailure::Exchange;
-    session
-        .write_request_header(Box::new(header))
+    let empty = Body::Bytes(bytes::Bytes::new());
+    connection
+        .send(&header, &empty)
         .await
         .map_err(exchange_failed)?;
-    session.finish_body().await.map_err(exchange_failed)?;
-    session.read_response().await.map_err(exchange_failed)?;
-    let status = session
-        .resp_header()
-        .map(|h| h.status)
-        .ok_or(CheckFailure::Exchange)?;
+    let status = connection
+        .read_head()
+        .await
+        .map_err(exchange_failed)?
+        .status;
     // Read whole, then closed (dropped): a check's connection is never reused.
-    while let Ok(Some(_)) = session.read_body_bytes().await {}
+    while let Ok(Some(_)) = connection.read_body().await {}
     if status.is_success() {
         Ok(())
     } else {

@@ -6,6 +6,7 @@
 
 use super::error_record::KEPT_BODY_BYTES;
 use super::exchange::{bounded, Call, Exchange};
+use super::http1::Http1;
 use super::verdict::{AfterCut, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
@@ -13,7 +14,6 @@ use crate::respond::stream_error_event;
 use crate::response_id::IdRewrite;
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType};
 use std::time::Instant;
@@ -149,7 +149,7 @@ fn event_end(bytes: &[u8]) -> Option<usize> {
 /// is an ordinary error answer.
 pub(super) async fn read_whole(
     session: &mut Session,
-    connection: &mut UpstreamSession,
+    connection: &mut Http1,
     upstream: &Upstream,
     deadline: Option<Instant>,
     measured: &mut Exchange,
@@ -186,7 +186,7 @@ enum Next {
 /// watching the client: if it leaves, the upstream connection is shut so the backend stops.
 async fn next_chunk(
     session: &mut Session,
-    connection: &mut UpstreamSession,
+    connection: &mut Http1,
     upstream: &Upstream,
     deadline: Option<Instant>,
     measured: &mut Exchange,
@@ -195,7 +195,7 @@ async fn next_chunk(
     let next_by =
         tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
     let read = tokio::select! {
-        read = tokio::time::timeout_at(next_by, connection.read_body_bytes()) => read,
+        read = tokio::time::timeout_at(next_by, connection.read_body()) => read,
         gone = session.read_body_or_idle(true) => {
             connection.shutdown().await;
             return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
@@ -214,7 +214,7 @@ async fn next_chunk(
 /// (no chunk within `idle_timeout`) or running past its total deadline.
 pub(super) async fn relay_body(
     session: &mut Session,
-    connection: &mut UpstreamSession,
+    connection: &mut Http1,
     call: &Call<'_>,
     deadline: Option<Instant>,
     measured: &mut Exchange,

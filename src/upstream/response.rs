@@ -2,8 +2,10 @@
 //! checked, origin-scoped and connection-level fields removed, framing set by the gateway),
 //! whether it is an event stream, and what an upstream's 429 asks us to wait.
 
+use super::http1::Head;
 use super::request::connection_tokens;
 use http::header::{self, HeaderName};
+use http::HeaderMap;
 use pingora::http::ResponseHeader;
 use std::time::Duration;
 
@@ -35,8 +37,8 @@ pub enum InvalidResponse {
 }
 
 /// How an upstream framed its response body.
-#[derive(Debug, PartialEq, Eq)]
-enum Framing {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
     Length(u64),
     Chunked,
     /// Neither: the body ends when the connection closes.
@@ -45,8 +47,8 @@ enum Framing {
 
 /// The upstream's body framing, if it is one a client can be given unambiguously: one
 /// `Transfer-Encoding: chunked`, or `Content-Length` values that all agree.
-fn framing(upstream: &ResponseHeader) -> Result<Framing, InvalidResponse> {
-    let mut codings = upstream.headers.get_all(header::TRANSFER_ENCODING).iter();
+pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
     if let Some(coding) = codings.next() {
         let chunked = coding
             .as_bytes()
@@ -59,7 +61,7 @@ fn framing(upstream: &ResponseHeader) -> Result<Framing, InvalidResponse> {
         };
     }
     let mut length = None;
-    for value in upstream.headers.get_all(header::CONTENT_LENGTH) {
+    for value in headers.get_all(header::CONTENT_LENGTH) {
         let text = value.to_str().map_err(|_| InvalidResponse::Framing)?;
         for part in text.split(',') {
             let part = part.trim();
@@ -82,14 +84,14 @@ fn framing(upstream: &ResponseHeader) -> Result<Framing, InvalidResponse> {
 /// connection survives) and the upstream's `x-request-id` kept as `x-upstream-request-id`,
 /// plus the gateway's own `headers` (request ID, rate position, timing).
 pub fn response_header(
-    upstream: &ResponseHeader,
+    upstream: &Head,
     headers: &[(&'static str, String)],
 ) -> Result<ResponseHeader, InvalidResponse> {
     let status = upstream.status.as_u16();
     if !(100..=599).contains(&status) {
         return Err(InvalidResponse::Status(status));
     }
-    let framing = framing(upstream)?;
+    let framing = upstream.framing;
     // The caller logs the refusal with the request's ID.
     let built = |_: Box<pingora::Error>| InvalidResponse::Framing;
     let mut header = ResponseHeader::build(
@@ -168,13 +170,16 @@ mod tests {
 
     #[test]
     fn close_delimited_responses_become_chunked() {
-        let mut from_upstream = ResponseHeader::build(200, None).unwrap();
-        from_upstream
-            .append_header("content-type", "text/event-stream")
-            .unwrap();
-        from_upstream.append_header("x-request-id", "up-1").unwrap();
-        from_upstream.append_header("connection", "close").unwrap();
-        let sent = response_header(&from_upstream, &[("x-request-id", "rid".into())]).unwrap();
+        let upstream = from_upstream(
+            200,
+            &[
+                ("content-type", "text/event-stream"),
+                ("x-request-id", "up-1"),
+                ("connection", "close"),
+            ],
+        );
+        assert_eq!(upstream.framing, Framing::Close);
+        let sent = response_header(&upstream, &[("x-request-id", "rid".into())]).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert_eq!(sent.headers.get("x-request-id").unwrap(), "rid");
         assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
@@ -182,12 +187,26 @@ mod tests {
         assert!(is_event_stream(&sent));
     }
 
-    fn from_upstream(status: u16, headers: &[(&str, &str)]) -> ResponseHeader {
-        let mut header = ResponseHeader::build(status, None).unwrap();
+    fn fields(headers: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
         for (name, value) in headers {
-            header.append_header(name.to_string(), *value).unwrap();
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
         }
-        header
+        map
+    }
+
+    /// A head as the upstream connection reads it (a valid framing).
+    fn from_upstream(status: u16, headers: &[(&str, &str)]) -> Head {
+        let headers = fields(headers);
+        Head {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            version: http::Version::HTTP_11,
+            framing: framing(&headers).unwrap(),
+            headers,
+        }
     }
 
     #[test]
@@ -234,7 +253,7 @@ mod tests {
             [("transfer-encoding", "gzip"), ("content-length", "5")],
         ] {
             assert_eq!(
-                response_header(&from_upstream(200, &framing), &[]).unwrap_err(),
+                super::framing(&fields(&framing)).unwrap_err(),
                 InvalidResponse::Framing,
                 "{framing:?} is refused"
             );

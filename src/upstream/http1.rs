@@ -1,0 +1,715 @@
+//! HTTP/1.1 to an upstream: the request written, the response head read and its body
+//! handed out chunk by chunk, the connection given back when it may carry another request.
+//!
+//! Ours rather than pingora's client session, for what an open stream costs: pingora's
+//! session keeps, for the whole answer, its head read buffer (4 KiB), the parsed response
+//! header and the request header it wrote, and reads the body through a 64 KiB buffer of
+//! which the pages touched stay resident. Here a waiting connection holds no buffer: a read
+//! goes through one scratch buffer per thread and keeps exactly the bytes it got, the head
+//! is parsed into one header map and its bytes dropped, and nothing of the request is kept
+//! once it went out (benches/README.md has the measurements). It is also one header map
+//! built per response instead of two.
+//!
+//! What it reads: a status line and fields (`httparse`, at most 256 fields and
+//! [`MAX_HEAD_BYTES`]), interim 1xx heads skipped, a body framed by `Content-Length`, by
+//! `Transfer-Encoding: chunked` (extensions and trailers read and dropped) or by the
+//! connection closing; framing that is malformed or contradictory is a protocol error, as
+//! is a `101`. What it writes: the request header as pingora serializes it and the body,
+//! in as few writes as the transport under it allows (see `transport.rs`).
+
+use super::body::Body;
+use super::request::connection_tokens;
+use super::response::{framing, Framing};
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+use pingora::http::RequestHeader;
+use pingora::protocols::http::v1::client::http_req_header_to_wire;
+use pingora::protocols::Shutdown;
+use pingora::protocols::Stream;
+use pingora::{Error, ErrorType, OkOrErr, OrErr, Result};
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::{ready, Poll};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+
+/// Largest response head (status line and fields) read before it is refused.
+pub const MAX_HEAD_BYTES: usize = 128 << 10;
+/// Most fields a response head may have.
+const MAX_FIELDS: usize = 256;
+/// Most bytes one read takes from the connection.
+const READ_BYTES: usize = 16 << 10;
+/// Longest chunk-size line (extensions included) or trailer field.
+const MAX_CHUNK_LINE: usize = 4096;
+
+thread_local! {
+    /// Where every read on this thread lands before its bytes are kept: a connection
+    /// waiting for its upstream holds no buffer of its own.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BYTES].into_boxed_slice());
+}
+
+/// A response head, interim ones skipped.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// How its body is framed.
+    pub framing: Framing,
+}
+
+/// Where the reading of a response is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// No final head yet.
+    Head,
+    /// Bytes of body left.
+    Length(u64),
+    Chunked(Chunk),
+    /// The body ends when the connection does.
+    UntilClose,
+    /// The body was read whole.
+    Done,
+}
+
+/// Where the reading of a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// Bytes of chunk data left.
+    Data(u64),
+    /// The line end after a chunk's data.
+    DataEnd,
+    /// The trailer section after the last chunk (ended by an empty line).
+    Trailer,
+}
+
+/// What one step through a chunked body gave.
+enum Step {
+    Data(Bytes),
+    /// Framing was read (a size line, a line end, a trailer field): step again.
+    Framing,
+    /// The buffer ends inside the framing: read more.
+    More,
+}
+
+/// One upstream connection speaking HTTP/1.1.
+pub struct Http1 {
+    stream: Stream,
+    /// Bytes read and not yet handed out.
+    buf: BytesMut,
+    reading: Reading,
+    /// The request was a `HEAD`: its answer has no body whatever its fields say.
+    head_request: bool,
+    /// The connection may carry another request once the answer is read whole.
+    keepalive: bool,
+}
+
+impl Http1 {
+    pub fn new(stream: Stream) -> Self {
+        Http1 {
+            stream,
+            buf: BytesMut::new(),
+            reading: Reading::Head,
+            head_request: false,
+            keepalive: false,
+        }
+    }
+
+    /// Writes the request header and body and flushes them.
+    pub async fn send(&mut self, header: &RequestHeader, body: &Body) -> Result<()> {
+        let wire = http_req_header_to_wire(header).or_err(
+            ErrorType::InvalidHTTPHeader,
+            "a request header that cannot be sent",
+        )?;
+        self.head_request = header.method == Method::HEAD;
+        self.stream
+            .write_all(&wire)
+            .await
+            .or_err(ErrorType::WriteError, "writing the request header")?;
+        body.write(&mut self.stream).await?;
+        self.stream
+            .flush()
+            .await
+            .or_err(ErrorType::WriteError, "writing the request")
+    }
+
+    /// Reads the next final response head, skipping interim (1xx) ones.
+    pub async fn read_head(&mut self) -> Result<Head> {
+        loop {
+            if let Some(head) = self.parse_head()? {
+                if head.status.is_informational() {
+                    if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                        return Error::e_explain(ErrorType::H1Error, "a 101 nobody asked for");
+                    }
+                    continue;
+                }
+                self.begin_body(&head);
+                return Ok(head);
+            }
+            if self.buf.len() > MAX_HEAD_BYTES {
+                return Error::e_explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "a response head over its size limit",
+                );
+            }
+            if self.fill().await? == 0 {
+                return Error::e_explain(
+                    ErrorType::ConnectionClosed,
+                    "the upstream closed before its response head",
+                );
+            }
+        }
+    }
+
+    /// The next bytes of the response body, `None` once it was read whole. A connection
+    /// that closes before the body's end is an error (except for a body that ends so).
+    pub async fn read_body(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            match self.reading {
+                Reading::Head | Reading::Done => return Ok(None),
+                Reading::Length(0) => {
+                    self.reading = Reading::Done;
+                    return Ok(None);
+                }
+                Reading::Length(left) => {
+                    if self.buf.is_empty() {
+                        self.fill_or_cut().await?;
+                    }
+                    let taken = self.take(left.min(self.buf.len() as u64) as usize);
+                    self.reading = Reading::Length(left - taken.len() as u64);
+                    return Ok(Some(taken));
+                }
+                Reading::UntilClose => {
+                    if self.buf.is_empty() && self.fill().await? == 0 {
+                        self.reading = Reading::Done;
+                        return Ok(None);
+                    }
+                    return Ok(Some(self.take(self.buf.len())));
+                }
+                Reading::Chunked(chunk) => match self.step_chunked(chunk)? {
+                    Step::Data(data) => return Ok(Some(data)),
+                    Step::Framing => {}
+                    Step::More => self.fill_or_cut().await?,
+                },
+            }
+        }
+    }
+
+    /// The connection, if it may carry another request: the answer was read whole, nothing
+    /// came after it, and neither side asked to close. Otherwise the connection itself,
+    /// to be shut.
+    pub fn reuse(self) -> std::result::Result<Stream, Http1> {
+        if self.keepalive && self.reading == Reading::Done && self.buf.is_empty() {
+            Ok(self.stream)
+        } else {
+            Err(self)
+        }
+    }
+
+    /// Closes the connection (a TLS one with its close notification).
+    pub async fn shutdown(&mut self) {
+        Shutdown::shutdown(&mut *self.stream).await;
+    }
+
+    /// A whole head at the front of the buffer, taken out of it; `None` when more bytes are
+    /// needed.
+    fn parse_head(&mut self) -> Result<Option<Head>> {
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut response = httparse::Response::new(&mut fields);
+        let mut config = httparse::ParserConfig::default();
+        config.allow_spaces_after_header_name_in_responses(true);
+        let length = match config.parse_response(&mut response, &self.buf) {
+            Ok(httparse::Status::Complete(length)) => length,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => {
+                return Err(Error::because(
+                    ErrorType::InvalidHTTPHeader,
+                    "an unreadable response head",
+                    e,
+                ))
+            }
+        };
+        let status = response
+            .code
+            .and_then(|code| StatusCode::from_u16(code).ok())
+            .or_err(
+                ErrorType::InvalidHTTPHeader,
+                "a response status out of range",
+            )?;
+        let version = if response.version == Some(0) {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        let mut headers = HeaderMap::with_capacity(response.headers.len());
+        for field in response.headers.iter() {
+            let name = HeaderName::from_bytes(field.name.as_bytes())
+                .or_err(ErrorType::InvalidHTTPHeader, "a response field name")?;
+            let value = HeaderValue::from_bytes(field.value)
+                .or_err(ErrorType::InvalidHTTPHeader, "a response field value")?;
+            headers.append(name, value);
+        }
+        let framing = framing(&headers).ok().or_err(
+            ErrorType::InvalidHTTPHeader,
+            "a response body framed ambiguously",
+        )?;
+        self.consume(length);
+        Ok(Some(Head {
+            status,
+            version,
+            headers,
+            framing,
+        }))
+    }
+
+    /// Sets how the body of a final head is read, and whether the connection outlives it.
+    fn begin_body(&mut self, head: &Head) {
+        let bodiless = self.head_request || matches!(head.status.as_u16(), 204 | 304);
+        self.reading = match head.framing {
+            _ if bodiless => Reading::Length(0),
+            Framing::Length(length) => Reading::Length(length),
+            Framing::Chunked => Reading::Chunked(Chunk::Size),
+            Framing::Close => Reading::UntilClose,
+        };
+        let tokens = connection_tokens(head.headers.get_all(header::CONNECTION));
+        let said = |token: &str| tokens.iter().any(|t| t == token);
+        self.keepalive = match head.version {
+            _ if said("close") => false,
+            // HTTP/1.0 keeps a connection only when asked, and never after chunked framing.
+            Version::HTTP_10 => said("keep-alive") && head.framing != Framing::Chunked,
+            _ => true,
+        } && self.reading != Reading::UntilClose;
+    }
+
+    /// One step through a chunked body's framing and data, on what is buffered.
+    fn step_chunked(&mut self, chunk: Chunk) -> Result<Step> {
+        let next = match chunk {
+            Chunk::Size => {
+                let Some(line) = self.line()? else {
+                    return Ok(Step::More);
+                };
+                match chunk_size(&line)? {
+                    0 => Chunk::Trailer,
+                    size => Chunk::Data(size),
+                }
+            }
+            Chunk::Data(left) => {
+                if self.buf.is_empty() {
+                    return Ok(Step::More);
+                }
+                let data = self.take(left.min(self.buf.len() as u64) as usize);
+                let left = left - data.len() as u64;
+                self.reading = Reading::Chunked(match left {
+                    0 => Chunk::DataEnd,
+                    left => Chunk::Data(left),
+                });
+                return Ok(Step::Data(data));
+            }
+            Chunk::DataEnd => match self.line()? {
+                None => return Ok(Step::More),
+                Some(line) if line.is_empty() => Chunk::Size,
+                Some(_) => {
+                    return Error::e_explain(ErrorType::H1Error, "chunk data longer than its size")
+                }
+            },
+            Chunk::Trailer => match self.line()? {
+                None => return Ok(Step::More),
+                Some(line) if line.is_empty() => {
+                    self.reading = Reading::Done;
+                    return Ok(Step::Framing);
+                }
+                // A trailer field: not passed on.
+                Some(_) => Chunk::Trailer,
+            },
+        };
+        self.reading = Reading::Chunked(next);
+        Ok(Step::Framing)
+    }
+
+    /// The next line of chunk framing taken out of the buffer, without its line end
+    /// (CRLF or a bare LF); `None` until it is whole.
+    fn line(&mut self) -> Result<Option<Bytes>> {
+        let Some(end) = memchr::memchr(b'\n', &self.buf) else {
+            if self.buf.len() > MAX_CHUNK_LINE {
+                return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
+            }
+            return Ok(None);
+        };
+        if end > MAX_CHUNK_LINE {
+            return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
+        }
+        let mut line = self.take(end + 1);
+        line.truncate(end);
+        if line.last() == Some(&b'\r') {
+            line.truncate(end - 1);
+        }
+        Ok(Some(line))
+    }
+
+    /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a
+    /// waiting connection keeps no allocation shared with bytes handed out.
+    fn take(&mut self, count: usize) -> Bytes {
+        if count >= self.buf.len() {
+            std::mem::take(&mut self.buf).freeze()
+        } else {
+            self.buf.split_to(count).freeze()
+        }
+    }
+
+    /// Drops the first `count` buffered bytes (framing, a head).
+    fn consume(&mut self, count: usize) {
+        if count >= self.buf.len() {
+            self.buf = BytesMut::new();
+        } else {
+            self.buf.advance(count);
+        }
+    }
+
+    /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
+    async fn fill(&mut self) -> Result<usize> {
+        let stream = &mut self.stream;
+        let buf = &mut self.buf;
+        std::future::poll_fn(|cx| {
+            SCRATCH.with(|scratch| {
+                let mut borrowed = scratch.try_borrow_mut();
+                let mut own;
+                let space: &mut [u8] = match &mut borrowed {
+                    Ok(scratch) => scratch,
+                    Err(_) => {
+                        own = vec![0; READ_BYTES];
+                        &mut own
+                    }
+                };
+                let mut read = ReadBuf::new(space);
+                ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
+                    .or_err(ErrorType::ReadError, "reading from the upstream")?;
+                buf.extend_from_slice(read.filled());
+                Poll::Ready(Ok(read.filled().len()))
+            })
+        })
+        .await
+    }
+
+    /// Reads more bytes; the connection ending here cuts the body short.
+    async fn fill_or_cut(&mut self) -> Result<()> {
+        match self.fill().await? {
+            0 => Error::e_explain(
+                ErrorType::ConnectionClosed,
+                "the upstream closed inside the response body",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A chunk-size line's size: hexadecimal digits, then nothing or extensions (after `;`).
+fn chunk_size(line: &[u8]) -> Result<u64> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let rest = line[digits..].trim_ascii_start();
+    if digits == 0 || digits > 15 || !(rest.is_empty() || rest.starts_with(b";")) {
+        return Error::e_explain(ErrorType::H1Error, "an unreadable chunk size");
+    }
+    let digits = std::str::from_utf8(&line[..digits]).unwrap_or_default();
+    u64::from_str_radix(digits, 16).or_err(ErrorType::H1Error, "an unreadable chunk size")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// A connection to a loopback listener whose accepted side writes `parts` one after
+    /// another (apart, so the client sees them in separate reads), then closes if asked.
+    async fn answered_with(parts: &[&[u8]], close: bool) -> Http1 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stream, mut server) = super::super::pool::tests::stream(&listener).await;
+        let parts: Vec<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+        tokio::spawn(async move {
+            for part in parts {
+                server.write_all(&part).await.unwrap();
+                server.flush().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            if !close {
+                // Held open until the client is done with it.
+                let _ = server.read(&mut [0u8; 1]).await;
+            }
+        });
+        Http1::new(stream)
+    }
+
+    async fn body_of(connection: &mut Http1) -> Result<Vec<u8>> {
+        let mut body = Vec::new();
+        while let Some(chunk) = connection.read_body().await? {
+            assert!(!chunk.is_empty(), "no empty chunk is handed out");
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    #[tokio::test]
+    async fn a_length_framed_answer_is_read_across_reads_and_the_connection_kept() {
+        let mut connection = answered_with(
+            &[
+                b"HTTP/1.1 200 OK\r\ncontent-ty",
+                b"pe: application/json\r\ncontent-length: 11\r\n\r\n{\"a\"",
+                b":\"bcd\"}",
+            ],
+            false,
+        )
+        .await;
+        let head = connection.read_head().await.unwrap();
+        assert_eq!(head.status, 200);
+        assert_eq!(head.headers["content-type"], "application/json");
+        assert_eq!(head.framing, Framing::Length(11));
+        assert_eq!(body_of(&mut connection).await.unwrap(), b"{\"a\":\"bcd\"}");
+        assert!(
+            connection.reuse().is_ok(),
+            "read whole, keep-alive: reusable"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_loses_its_framing_extensions_and_trailers() {
+        let mut connection = answered_with(
+            &[
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+                b"lo\r\n6;ext=\"x\"\r\n world\r",
+                b"\n0\r\nx-trailer: 1\r\n\r\n",
+            ],
+            false,
+        )
+        .await;
+        let head = connection.read_head().await.unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+        assert_eq!(body_of(&mut connection).await.unwrap(), b"hello world");
+        assert!(connection.reuse().is_ok());
+
+        // Bare LF line ends, upper-case hex, a size split over reads.
+        let mut connection = answered_with(
+            &[
+                b"HTTP/1.1 200 OK\ntransfer-encoding: chunked\n\n",
+                b"1",
+                b"A\n",
+                &[b'x'; 26],
+                b"\n0\n\n",
+            ],
+            false,
+        )
+        .await;
+        connection.read_head().await.unwrap();
+        assert_eq!(body_of(&mut connection).await.unwrap(), vec![b'x'; 26]);
+        assert!(connection.reuse().is_ok());
+    }
+
+    #[tokio::test]
+    async fn malformed_chunks_are_protocol_errors() {
+        for bad in [
+            &b"zz\r\nhello\r\n0\r\n\r\n"[..],
+            b"5 x\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello!!\r\n0\r\n\r\n",
+            b"ffffffffffffffffff\r\n",
+        ] {
+            let mut connection = answered_with(
+                &[
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                    bad,
+                ],
+                false,
+            )
+            .await;
+            connection.read_head().await.unwrap();
+            let e = body_of(&mut connection).await.unwrap_err();
+            assert_eq!(e.etype(), &ErrorType::H1Error, "{}", bad.escape_ascii());
+        }
+        let mut connection = answered_with(
+            &[
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                &[b'1'; 5000],
+            ],
+            false,
+        )
+        .await;
+        connection.read_head().await.unwrap();
+        assert_eq!(
+            body_of(&mut connection).await.unwrap_err().etype(),
+            &ErrorType::H1Error,
+            "a size line without end is bounded"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error_and_a_close_framed_one_is_not() {
+        let mut connection = answered_with(
+            &[b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"],
+            true,
+        )
+        .await;
+        connection.read_head().await.unwrap();
+        let e = body_of(&mut connection).await.unwrap_err();
+        assert_eq!(e.etype(), &ErrorType::ConnectionClosed);
+
+        let mut connection = answered_with(
+            &[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel"],
+            true,
+        )
+        .await;
+        connection.read_head().await.unwrap();
+        assert!(
+            body_of(&mut connection).await.is_err(),
+            "a chunked body cut"
+        );
+
+        let mut connection =
+            answered_with(&[b"HTTP/1.1 200 OK\r\n\r\nuntil", b" the end"], true).await;
+        let head = connection.read_head().await.unwrap();
+        assert_eq!(head.framing, Framing::Close);
+        assert_eq!(body_of(&mut connection).await.unwrap(), b"until the end");
+        assert!(connection.reuse().is_err(), "its end was the connection's");
+    }
+
+    #[tokio::test]
+    async fn interim_heads_are_skipped_and_a_101_is_refused() {
+        let mut connection = answered_with(
+            &[
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n",
+                b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
+            ],
+            false,
+        )
+        .await;
+        let head = connection.read_head().await.unwrap();
+        assert_eq!(head.status, 201);
+        assert!(
+            head.headers.get("link").is_none(),
+            "the interim head's fields are not kept"
+        );
+        assert_eq!(body_of(&mut connection).await.unwrap(), b"ok");
+
+        let mut connection = answered_with(
+            &[b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"],
+            false,
+        )
+        .await;
+        assert_eq!(
+            connection.read_head().await.unwrap_err().etype(),
+            &ErrorType::H1Error
+        );
+    }
+
+    #[tokio::test]
+    async fn heads_that_cannot_be_read_are_refused() {
+        let huge = format!(
+            "HTTP/1.1 200 OK\r\nx-big: {}\r\n",
+            "a".repeat(MAX_HEAD_BYTES + 10)
+        );
+        for (raw, what) in [
+            (
+                &b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n"[..],
+                "lengths that disagree",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+                "a coding other than chunked",
+            ),
+            (b"HTTP/1.1 2000 OK\r\n\r\n", "a four-digit status"),
+            (b"SMTP ready\r\n\r\n", "not HTTP"),
+            (huge.as_bytes(), "a head over the limit"),
+        ] {
+            let mut connection = answered_with(&[raw], false).await;
+            let e = connection.read_head().await.unwrap_err();
+            assert_eq!(e.etype(), &ErrorType::InvalidHTTPHeader, "{what}");
+        }
+        let mut connection = answered_with(&[b"HTTP/1.1 200 OK\r\n"], true).await;
+        let e = connection.read_head().await.unwrap_err();
+        assert_eq!(
+            e.etype(),
+            &ErrorType::ConnectionClosed,
+            "closed inside the head"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_kept_only_when_both_ends_may_keep_it() {
+        for (raw, reusable, what) in [
+            (
+                &b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"[..],
+                true,
+                "HTTP/1.1 keeps by default",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nconnection: Close\r\ncontent-length: 0\r\n\r\n",
+                false,
+                "close",
+            ),
+            (
+                b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n",
+                false,
+                "HTTP/1.0 closes by default",
+            ),
+            (
+                b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n",
+                true,
+                "HTTP/1.0 asked to keep",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA",
+                false,
+                "bytes after the body",
+            ),
+            (
+                b"HTTP/1.1 204 No Content\r\n\r\n",
+                true,
+                "no body by its status",
+            ),
+        ] {
+            let mut connection = answered_with(&[raw], false).await;
+            connection.read_head().await.unwrap();
+            let body = body_of(&mut connection).await.unwrap();
+            assert!(body.len() <= 2, "{what}");
+            assert_eq!(connection.reuse().is_ok(), reusable, "{what}");
+        }
+        let mut connection =
+            answered_with(&[b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"], false).await;
+        connection.read_head().await.unwrap();
+        assert!(connection.reuse().is_err(), "an answer not read whole");
+    }
+
+    #[tokio::test]
+    async fn the_request_goes_out_as_written_and_a_head_request_has_no_body_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stream, mut server) = super::super::pool::tests::stream(&listener).await;
+        let mut connection = Http1::new(stream);
+        let mut header = RequestHeader::build("HEAD", b"/v1/models?x=1", None).unwrap();
+        header.insert_header("host", "up.example").unwrap();
+        header.insert_header("content-length", "4").unwrap();
+        connection
+            .send(&header, &Body::Bytes(Bytes::from_static(b"body")))
+            .await
+            .unwrap();
+        let mut received = vec![0u8; 4096];
+        let mut length = 0;
+        while !received[..length].ends_with(b"body") {
+            length += server.read(&mut received[length..]).await.unwrap();
+        }
+        assert_eq!(
+            &received[..length],
+            b"HEAD /v1/models?x=1 HTTP/1.1\r\nhost: up.example\r\ncontent-length: 4\r\n\r\nbody"
+        );
+        server
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n")
+            .await
+            .unwrap();
+        connection.read_head().await.unwrap();
+        assert!(body_of(&mut connection).await.unwrap().is_empty());
+        assert!(
+            connection.reuse().is_ok(),
+            "nothing more to read after a HEAD answer"
+        );
+    }
+}
