@@ -4,10 +4,8 @@
 mod keys;
 
 use crate::gateway::Gateway;
-use crate::http_app::{finish, write_simple};
-use async_trait::async_trait;
+use crate::http_app::{write_simple, App};
 use bytes::Bytes;
-use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use std::sync::Arc;
@@ -97,21 +95,17 @@ fn json(value: &serde_json::Value) -> Bytes {
     Bytes::from(value.to_string())
 }
 
-#[async_trait]
-impl HttpServerApp for Admin {
-    async fn process_new_http(
-        self: &Arc<Self>,
-        mut session: ServerSession,
-        _shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
-        if !session.read_request().await.ok()? {
-            return None;
+impl App for Admin {
+    async fn serve(&self, session: &mut ServerSession, _shutdown: &ShutdownWatch) -> bool {
+        if session.read_request().await.ok() != Some(true) {
+            return false;
         }
         let (status, content_type, body) = {
             let request = session.req_header();
             self.answer(request.method.as_str(), request.uri.path())
         };
-        write_simple(&mut session, status, content_type, body).await?;
-        finish(session).await
+        write_simple(session, status, content_type, body)
+            .await
+            .is_some()
     }
 }

@@ -29,18 +29,15 @@ mod rerank;
 mod response_store;
 mod responses;
 
-use crate::http_app::{finish, write_simple};
-use async_trait::async_trait;
+use crate::http_app::{write_simple, App};
 use audio::Task;
 use bytes::BytesMut;
-use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use reply::{Event, Reply};
 use response_store::{ResponseStore, STORED_RESPONSES};
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest request body the echo backend reads.
@@ -62,13 +59,15 @@ impl Echo {
     }
 }
 
-#[async_trait]
-impl HttpServerApp for Echo {
-    async fn process_new_http(
-        self: &Arc<Self>,
-        mut session: ServerSession,
-        _shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
+impl App for Echo {
+    async fn serve(&self, session: &mut ServerSession, _shutdown: &ShutdownWatch) -> bool {
+        self.serve_one(session).await.is_some()
+    }
+}
+
+impl Echo {
+    /// One request; `None` when the connection cannot carry another.
+    async fn serve_one(&self, session: &mut ServerSession) -> Option<()> {
         if !session.read_request().await.ok()? {
             return None;
         }
@@ -96,8 +95,7 @@ impl HttpServerApp for Echo {
             body: &body,
         };
         let reply = self.answer(&request);
-        self.write(&mut session, reply).await?;
-        finish(session).await
+        self.write(session, reply).await
     }
 }
 

@@ -1,10 +1,30 @@
-//! What the gateway's two small HTTP apps (the admin listener and the echo backend) share:
-//! writing a whole small response and handing the connection back for the next request.
+//! What the gateway's HTTP apps (the proxy, the admin listener, the echo backend) share:
+//! how our listener (`server.rs`) calls them, writing a whole small response, and handing
+//! the connection back for the next request.
 
 use bytes::Bytes;
 use pingora::apps::{HttpPersistentSettings, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use std::future::Future;
+
+/// An application served by our listener, one request at a time on a connection.
+///
+/// Not pingora's `HttpServerApp`: that trait takes the session by value and returns a
+/// boxed future, so every request allocated its whole future (about 9 KB for the proxy)
+/// and kept a second copy of the session in it. Here the connection's task owns the
+/// session and the request's future lives inside the task.
+pub trait App: Send + Sync + 'static {
+    /// Serves the next request on `session` (its head not read yet); whether the
+    /// connection may carry another (the listener then finishes the session and reads
+    /// again).
+    fn serve(
+        &self,
+        session: &mut ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> impl Future<Output = bool> + Send;
+}
 
 /// Ends a served request; the connection, if it may carry another one.
 pub async fn finish(session: ServerSession) -> Option<ReusedHttpStream> {

@@ -1,5 +1,5 @@
 //! The request path, top to bottom. [`Proxy`] is the client listener's HTTP application
-//! (pingora's `HttpServerApp`): each request on a connection runs these steps.
+//! (our `http_app::App`): each request on a connection runs these steps.
 //!
 //! | step        | what it does                                                          |
 //! |-------------|-----------------------------------------------------------------------|
@@ -40,7 +40,7 @@ use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::http_app::finish;
+use crate::http_app::App;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
@@ -48,12 +48,10 @@ use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
 use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
-use async_trait::async_trait;
 use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
-use pingora::apps::{HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession as Session;
 use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -78,32 +76,29 @@ impl Proxy {
     }
 }
 
-#[async_trait]
-impl HttpServerApp for Proxy {
-    /// One request on a client connection: its head, the request, the record; the
-    /// connection back if it may carry another.
-    async fn process_new_http(
-        self: &Arc<Self>,
-        mut session: Session,
-        shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
-        self.read_head(&mut session).await?;
+impl App for Proxy {
+    /// One request on a client connection: its head, the request, the record; whether the
+    /// connection may carry another.
+    async fn serve(&self, session: &mut Session, shutdown: &ShutdownWatch) -> bool {
+        if self.read_head(session).await.is_none() {
+            return false;
+        }
         if *shutdown.borrow() {
             // Draining: this is the connection's last request.
             session.set_keepalive(None);
         }
         let mut ctx = RequestContext::new();
-        self.start(&mut session, &mut ctx);
-        match self.request(&mut session, &mut ctx).await {
+        self.start(session, &mut ctx);
+        match self.request(session, &mut ctx).await {
             Ok(()) => {
-                self.logging(&mut session, None, &mut ctx);
-                finish(session).await
+                self.logging(session, None, &mut ctx);
+                true
             }
             Err(e) => {
-                self.fail(&mut session, &e, &mut ctx).await;
-                self.logging(&mut session, Some(&e), &mut ctx);
+                self.fail(session, &e, &mut ctx).await;
+                self.logging(session, Some(&e), &mut ctx);
                 session.on_proxy_failure(e);
-                None
+                false
             }
         }
     }

@@ -5,9 +5,9 @@
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
 use crate::connection::{ClientConnection, ClientPolicy};
+use crate::http_app::{finish, App};
 use crate::transport::BufferedStream;
 use crate::workers::Workers;
-use pingora::apps::HttpServerApp;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest};
@@ -30,7 +30,7 @@ pub async fn listen<A>(
     shutdown: ShutdownWatch,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
 where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: App,
 {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -48,7 +48,7 @@ pub(crate) async fn accept_loop<A>(
     open: Arc<Semaphore>,
     mut shutdown: ShutdownWatch,
 ) where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: App,
 {
     loop {
         // A place first: at `max_connections`, nothing more is accepted until one closes.
@@ -100,7 +100,7 @@ async fn serve<A>(
     idle_timeout: Duration,
     shutdown: &ShutdownWatch,
 ) where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: App,
 {
     let mut session = ServerSession::new_http1(stream);
     session.set_pipelining_enabled(true);
@@ -109,7 +109,10 @@ async fn serve<A>(
     } else {
         session.set_keepalive(Some(idle_timeout.as_secs().max(1)));
     }
-    while let Some(reused) = app.process_new_http(session, shutdown).await {
+    while app.serve(&mut session, shutdown).await {
+        let Some(reused) = finish(session).await else {
+            return;
+        };
         connection.request_finished();
         let (stream, settings) = reused.consume();
         session = ServerSession::new_http1(stream);

@@ -19,6 +19,7 @@
 //! | `response.rs` | the response header passed back: status, framing, `Retry-After`     |
 //! | `pool.rs`     | one event loop's idle connections to the upstreams, and the connector |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
+//! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
 //! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |

@@ -6,7 +6,7 @@
 //! another thread or moves a task between cores.
 
 use crate::connection::ClientPolicy;
-use pingora::apps::HttpServerApp;
+use crate::http_app::App;
 use pingora::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -41,7 +41,7 @@ pub async fn start<A, F>(
     service: Service<F>,
 ) -> std::io::Result<(SocketAddr, Workers)>
 where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: App,
     F: Fn() -> Arc<A>,
 {
     // A plain bind first: a port another process holds is refused here, even when that
@@ -100,7 +100,7 @@ struct Worker<A> {
     stop: watch::Receiver<bool>,
 }
 
-impl<A: HttpServerApp + Send + Sync + 'static> Worker<A> {
+impl<A: App> Worker<A> {
     /// The worker thread: accepts until the drain starts, then serves what it holds until
     /// the stop. Whether it listens is reported on `listening`.
     fn run(self, socket: TcpSocket, listening: oneshot::Sender<std::io::Result<()>>) {
