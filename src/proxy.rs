@@ -396,7 +396,7 @@ impl Proxy {
                 operation,
             };
             let dispatched =
-                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, dispatch).await;
+                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, &dispatch).await;
             ctx.called = dispatched.called;
             // Every model's time on its upstreams counts as upstream time.
             let waited = ctx.exchange.upstream_wait;

@@ -60,7 +60,7 @@ pub struct Exchange {
 /// What goes to the upstream: needed until the answer's header comes, not while its
 /// body passes.
 pub struct Outgoing {
-    pub header: RequestHeader,
+    pub header: Box<RequestHeader>,
     pub body: Body,
 }
 
@@ -112,11 +112,15 @@ enum NoAnswer {
 }
 
 /// Sends the call upstream and relays the answer to the client.
+///
+/// The call is borrowed and the outgoing request's header boxed: an async fn's argument
+/// taken by value is stored twice in its future, and a stream keeps this future for as
+/// long as it lasts.
 pub(super) async fn exchange(
     session: &mut Session,
     pool: &Pool,
     metrics: &Metrics,
-    call: Call<'_>,
+    call: &Call<'_>,
     outgoing: Outgoing,
     measured: &mut Exchange,
 ) -> Outcome {
@@ -127,7 +131,7 @@ pub(super) async fn exchange(
     let mut answer = send(
         session,
         pool,
-        &call,
+        call,
         &outgoing,
         Connection::Pooled,
         first_byte_by,
@@ -141,7 +145,7 @@ pub(super) async fn exchange(
         answer = send(
             session,
             pool,
-            &call,
+            call,
             &outgoing,
             Connection::Fresh,
             first_byte_by,
@@ -287,7 +291,7 @@ pub(super) async fn exchange(
             relay_body(
                 session,
                 &mut connection,
-                &call,
+                call,
                 deadline,
                 measured,
                 &mut passing,
