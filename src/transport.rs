@@ -34,8 +34,8 @@ use tokio::time::{Instant, Sleep};
 
 /// Past this many buffered bytes, a write goes out before more are taken.
 const BUFFER_BYTES: usize = 64 << 10;
-/// A drained buffer keeps its allocation up to this size.
-const KEPT_CAPACITY: usize = 8 << 10;
+/// What an empty buffer takes on its first write: a header and a small body fit.
+const FIRST_CAPACITY: usize = 4 << 10;
 
 /// A handle on a [`BufferedStream`] boxed as a pingora stream: counts the bytes read from
 /// it, read-ahead included (so a caller knows whether any answer arrived).
@@ -186,12 +186,9 @@ impl BufferedStream {
             self.written += n;
         }
         self.written = 0;
-        if self.buffer.capacity() > KEPT_CAPACITY {
-            // A large body grew it; an idle connection should not keep that much.
-            self.buffer = Vec::new();
-        } else {
-            self.buffer.clear();
-        }
+        // Let go once written: an open stream waits with no buffer (a few hundred bytes
+        // each way, for as long as it lasts), and the next write's allocation is cheap.
+        self.buffer = Vec::new();
         Poll::Ready(Ok(()))
     }
 }
@@ -266,6 +263,10 @@ impl AsyncWrite for BufferedStream {
             if data.len() > BUFFER_BYTES {
                 return self.poll_write_inner(cx, data);
             }
+        }
+        if self.buffer.capacity() == 0 {
+            // One allocation per flush, not a series of doublings.
+            self.buffer.reserve_exact(FIRST_CAPACITY.max(data.len()));
         }
         self.buffer.extend_from_slice(data);
         Poll::Ready(Ok(data.len()))

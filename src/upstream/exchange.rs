@@ -230,14 +230,15 @@ pub(super) async fn exchange(
         (None, true) if success && measured.event_stream => Some(Edit::StripUsage),
         _ => None,
     };
-    let mut passing = Passing {
+    // Boxed: ~480 bytes the request's future would hold for the whole answer.
+    let mut passing = Box::new(Passing {
         // An error answer's first bytes are kept as they pass, for the error record.
         kept: (status >= 400).then(Vec::new),
         reading: success.then(|| Reading::for_answer(measured.event_stream)),
         edit,
         pending: Vec::new(),
         head: (success && call.read_model).then(Vec::new),
-    };
+    });
     // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
     // new length; anything else is relayed as it comes.
     let rewritten = match (&mut passing.edit, measured.event_stream) {
