@@ -48,7 +48,8 @@ pub struct RequestContext {
     pub(super) permits: Vec<Permit>,
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
-    pub(super) trace: Option<RequestTrace>,
+    /// Boxed: 300 bytes every request's future would carry with tracing off.
+    pub(super) trace: Option<Box<RequestTrace>>,
 }
 
 impl RequestContext {
