@@ -208,13 +208,13 @@ impl Proxy {
         );
         log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
         if let Some(telemetry) = &self.gateway.telemetry {
-            ctx.trace = Some(Box::new(telemetry.request(RequestStart {
+            ctx.trace = Some(telemetry.request(RequestStart {
                 headers: &request.headers,
                 method: request.method.as_str(),
                 path: request.uri.path(),
                 request_id: &ctx.request_id,
                 started: SystemTime::now() - ctx.started.elapsed(),
-            })));
+            }));
         }
 
         // 1. Host, then route.
@@ -392,7 +392,7 @@ impl Proxy {
                 retry_attempts: catalog.retry_attempts,
                 retry_backoff: catalog.retry_backoff,
                 fallback_follows: tried + 1 < models.len(),
-                trace: ctx.trace.as_deref(),
+                trace: ctx.trace.as_ref(),
                 operation,
             };
             let dispatched =

@@ -48,8 +48,7 @@ pub struct RequestContext {
     pub(super) permits: Vec<Permit>,
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
-    /// Boxed: 300 bytes every request's future would carry with tracing off.
-    pub(super) trace: Option<Box<RequestTrace>>,
+    pub(super) trace: Option<RequestTrace>,
 }
 
 impl RequestContext {
