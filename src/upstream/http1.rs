@@ -333,15 +333,14 @@ impl Http1 {
     /// The next line of chunk framing taken out of the buffer, without its line end
     /// (CRLF or a bare LF); `None` until it is whole.
     fn line(&mut self) -> Result<Option<Bytes>> {
-        let Some(end) = memchr::memchr(b'\n', &self.buf) else {
-            if self.buf.len() > MAX_CHUNK_LINE {
-                return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
-            }
-            return Ok(None);
-        };
-        if end > MAX_CHUNK_LINE {
+        let end = memchr::memchr(b'\n', &self.buf);
+        // Bounded whether the line is whole or not yet.
+        if end.unwrap_or(self.buf.len()) > MAX_CHUNK_LINE {
             return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
         }
+        let Some(end) = end else {
+            return Ok(None);
+        };
         let mut line = self.take(end + 1);
         line.truncate(end);
         if line.last() == Some(&b'\r') {
@@ -360,7 +359,9 @@ impl Http1 {
         }
     }
 
-    /// Drops the first `count` buffered bytes (framing, a head).
+    /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
+    /// buffer's start instead of splitting it, which would make the buffer shared (one
+    /// more allocation) for bytes nobody keeps.
     fn consume(&mut self, count: usize) {
         if count >= self.buf.len() {
             self.buf = BytesMut::new();
