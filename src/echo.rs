@@ -162,7 +162,7 @@ impl Echo {
             } => return write_simple(session, status, content_type, body).await,
             Reply::Stream(events) => events,
         };
-        let mut header = ResponseHeader::build(200, Some(3)).ok()?;
+        let mut header = ResponseHeader::build_no_case(200, Some(3)).ok()?;
         header
             .insert_header("content-type", "text/event-stream")
             .ok()?;

@@ -187,3 +187,53 @@ async fn a_close_delimited_stream_that_ends_between_events_is_finished() {
         vec![r#"{"choices":[]}"#.to_string(), "[DONE]".into()]
     );
 }
+
+#[tokio::test]
+async fn a_finished_stream_is_logged_whole_and_its_connection_carries_the_next_request() {
+    // While a stream passes, the gateway keeps only the request fields its record reads
+    // (method, target, Host): the record must still name them, and the connection must
+    // still serve the next request.
+    let (mock, gw) = gateway().await;
+    mock.push(Reply::stream(3, Duration::from_millis(10)));
+    let mut conn = Conn::open(gw.addr()).await;
+    let authorization = format!("Bearer {ALPHA}");
+    let headers = [
+        ("authorization", authorization.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let first = request_bytes(
+        "POST",
+        "/v1/chat/completions?trace=1",
+        &headers,
+        STREAM_BODY.as_bytes(),
+    );
+    conn.write(&first).await;
+    let streamed = conn.read_response().await.expect("the stream");
+    assert_eq!(streamed.status, 200);
+    assert!(String::from_utf8_lossy(&streamed.body).contains("data: [DONE]"));
+    let second = request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        chat_body("chat-model").as_bytes(),
+    );
+    conn.write(&second).await;
+    let answered = conn
+        .read_response()
+        .await
+        .expect("a second answer on the connection");
+    assert_eq!(answered.status, 200);
+    assert_eq!(mock.requests().len(), 2);
+    let lines = gw.log_lines(2).await;
+    let streamed_line = lines
+        .iter()
+        .find(|l| l["stream"] == true)
+        .expect("the stream's record");
+    assert_eq!(streamed_line["method"], "POST");
+    assert_eq!(streamed_line["path"], "/v1/chat/completions");
+    assert_eq!(streamed_line["host"], "localhost");
+    assert_eq!(streamed_line["status"], 200);
+    assert!(lines
+        .iter()
+        .any(|l| l["stream"] == false && l["status"] == 200));
+}

@@ -42,7 +42,7 @@ pub(super) async fn answer(
     response: LocalResponse,
 ) -> Result<()> {
     let gateway = gateway_headers(ctx);
-    let mut header = ResponseHeader::build(
+    let mut header = ResponseHeader::build_no_case(
         response.status,
         Some(response.headers.len() + gateway.len() + 1),
     )?;

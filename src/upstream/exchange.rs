@@ -280,6 +280,9 @@ pub(super) async fn exchange(
     if let Err(e) = session.write_response_header(Box::new(to_client)).await {
         return Outcome::ClientGone(e);
     }
+    if measured.event_stream && rewritten.is_none() {
+        crate::http_app::slim_request_header(session);
+    }
     let relayed = match rewritten {
         Some(body) => {
             measured.bytes_out += body.len();

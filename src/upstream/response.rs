@@ -94,7 +94,10 @@ pub fn response_header(
     let framing = upstream.framing;
     // The caller logs the refusal with the request's ID.
     let built = |_: Box<pingora::Error>| InvalidResponse::Framing;
-    let mut header = ResponseHeader::build(
+    // No case map: names go out title-cased when standard, lower-case otherwise, as they
+    // did with one (the names come from a parsed map), and a stream that stays open for
+    // minutes does not keep a second map of every name (~1 KB, benches/README.md).
+    let mut header = ResponseHeader::build_no_case(
         upstream.status,
         Some(upstream.headers.len() + headers.len()),
     )
