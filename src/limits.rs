@@ -9,6 +9,7 @@ use crate::catalog::Key;
 use crate::clock::Clock;
 use crate::error::RequestError;
 use dashmap::DashMap;
+use http::HeaderName;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -357,14 +358,14 @@ pub fn format_reset(duration: Duration) -> String {
 }
 
 /// The `x-ratelimit-*` headers for a rate-limited key.
-pub fn rate_headers(status: &RateStatus) -> [(&'static str, String); 3] {
+pub fn rate_headers(status: &RateStatus) -> [(HeaderName, String); 3] {
+    const LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
+    const REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
+    const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
     [
-        ("x-ratelimit-limit-requests", status.limit.to_string()),
-        (
-            "x-ratelimit-remaining-requests",
-            status.remaining.to_string(),
-        ),
-        ("x-ratelimit-reset-requests", format_reset(status.reset)),
+        (LIMIT, status.limit.to_string()),
+        (REMAINING, status.remaining.to_string()),
+        (RESET, format_reset(status.reset)),
     ]
 }
 

@@ -59,6 +59,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use stored::stored_at;
 
+/// The answer's `x-sluice-model`: the catalog model that served it.
+const SERVED_MODEL: http::HeaderName = http::HeaderName::from_static("x-sluice-model");
+
 /// The pingora application: one per gateway, sharing [`Gateway`].
 pub struct Proxy {
     gateway: Arc<Gateway>,
@@ -376,7 +379,7 @@ impl Proxy {
         let gateway = &self.gateway;
         for (tried, model) in models.iter().enumerate() {
             let mut response_headers = gateway_headers(ctx);
-            response_headers.push(("x-sluice-model", model.id.clone()));
+            response_headers.push((SERVED_MODEL, model.id.clone()));
             let dispatch = Dispatch {
                 model,
                 pool: &self.pool,

@@ -1,6 +1,10 @@
 //! `x-request-id`: keep a well-formed client value, otherwise make one.
 
+use http::HeaderName;
 use rand::Rng;
+
+/// The header's name, parsed once (a name given as text is parsed on every insert).
+pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The request ID for a request: the client's if it is 1-128 characters of
 /// `[A-Za-z0-9._:-]`, else a new random one.
@@ -18,9 +22,15 @@ fn is_valid(value: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// 32 random hexadecimal digits.
+/// 32 random hexadecimal digits (written by hand: `format!` with a width cost more than
+/// the random number).
 fn generate() -> String {
-    format!("{:032x}", rand::thread_rng().gen::<u128>())
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let value = rand::thread_rng().gen::<u128>();
+    (0..32)
+        .rev()
+        .map(|i| char::from(DIGITS[((value >> (i * 4)) & 0xf) as usize]))
+        .collect()
 }
 
 #[cfg(test)]

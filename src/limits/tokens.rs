@@ -12,6 +12,7 @@
 use super::{KeyState, Limiter};
 use crate::catalog::Key;
 use crate::error::RequestError;
+use http::HeaderName;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -290,14 +291,14 @@ fn binding_of(
 }
 
 /// The `x-ratelimit-*-tokens` headers.
-pub fn token_headers(status: &TokenStatus) -> [(&'static str, String); 3] {
+pub fn token_headers(status: &TokenStatus) -> [(HeaderName, String); 3] {
+    const LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-tokens");
+    const REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
+    const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
     [
-        ("x-ratelimit-limit-tokens", status.limit.to_string()),
-        ("x-ratelimit-remaining-tokens", status.remaining.to_string()),
-        (
-            "x-ratelimit-reset-tokens",
-            super::format_reset(status.reset),
-        ),
+        (LIMIT, status.limit.to_string()),
+        (REMAINING, status.remaining.to_string()),
+        (RESET, super::format_reset(status.reset)),
     ]
 }
 

@@ -12,6 +12,7 @@ use crate::respond::LocalResponse;
 use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
+use http::HeaderName;
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType, Result};
@@ -23,9 +24,9 @@ const LINGER_MAX: Duration = Duration::from_secs(5);
 
 /// The headers the gateway adds to every answer: the request ID and, for a rate-limited
 /// key, its position (`x-ratelimit-*`).
-pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(&'static str, String)> {
+pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(HeaderName, String)> {
     let mut headers = Vec::with_capacity(4);
-    headers.push(("x-request-id", ctx.request_id.clone()));
+    headers.push((crate::request_id::HEADER, ctx.request_id.clone()));
     if let Some(rate) = &ctx.rate {
         headers.extend(rate_headers(rate));
     }

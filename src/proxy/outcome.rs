@@ -94,9 +94,12 @@ pub(super) fn log_request(
     let model_label = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
     let status = if ctx.status == 0 { 499 } else { ctx.status };
     let metrics = &gateway.metrics;
+    // Every status we record (100-999) has its text ready in `StatusCode`.
+    let code = http::StatusCode::from_u16(status).ok();
+    let status_text = code.as_ref().map_or(UNKNOWN, http::StatusCode::as_str);
     metrics
         .requests
-        .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, &status.to_string()])
+        .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, status_text])
         .inc();
     metrics
         .request_duration

@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange, Outgoing};
-use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
+use super::request::{request_header, set_trace_context, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
@@ -43,7 +43,7 @@ pub struct Dispatch<'a> {
     pub request_id: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
-    pub response_headers: Vec<(&'static str, String)>,
+    pub response_headers: Vec<(http::HeaderName, String)>,
     pub retry_attempts: u32,
     pub retry_backoff: Duration,
     /// A fallback model follows this one: an answer `retry_on` names is held back even
@@ -170,11 +170,14 @@ async fn attempts(
         });
         *called = Called {
             upstream: Some(upstream.name.clone()),
-            url: Some(format!(
-                "{}{}",
-                upstream.origin,
-                upstream_path(upstream, &dispatch.path)
-            )),
+            url: Some(
+                [
+                    upstream.origin.as_str(),
+                    &upstream.base_path,
+                    &dispatch.path,
+                ]
+                .concat(),
+            ),
         };
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, &dispatch.path, query);

@@ -5,7 +5,7 @@
 use super::http1::Head;
 use super::request::connection_tokens;
 use http::header::{self, HeaderName};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
 use std::time::Duration;
 
@@ -85,7 +85,7 @@ pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
 /// plus the gateway's own `headers` (request ID, rate position, timing).
 pub fn response_header(
     upstream: &Head,
-    headers: &[(&'static str, String)],
+    headers: &[(HeaderName, String)],
 ) -> Result<ResponseHeader, InvalidResponse> {
     let status = upstream.status.as_u16();
     if !(100..=599).contains(&status) {
@@ -117,7 +117,7 @@ pub fn response_header(
     }
     let bodiless = matches!(status, 204 | 304) || upstream.status.is_informational();
     let framed = match framing {
-        Framing::Length(n) => header.insert_header(header::CONTENT_LENGTH, n.to_string()),
+        Framing::Length(n) => header.insert_header(header::CONTENT_LENGTH, HeaderValue::from(n)),
         Framing::Chunked | Framing::Close if !bodiless => {
             header.insert_header(header::TRANSFER_ENCODING, "chunked")
         }
@@ -125,7 +125,9 @@ pub fn response_header(
     };
     framed.map_err(built)?;
     for (name, value) in headers {
-        header.insert_header(*name, value.as_str()).map_err(built)?;
+        header
+            .insert_header(name.clone(), value.as_str())
+            .map_err(built)?;
     }
     Ok(header)
 }
@@ -182,7 +184,8 @@ mod tests {
             ],
         );
         assert_eq!(upstream.framing, Framing::Close);
-        let sent = response_header(&upstream, &[("x-request-id", "rid".into())]).unwrap();
+        let sent =
+            response_header(&upstream, &[(crate::request_id::HEADER, "rid".into())]).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert_eq!(sent.headers.get("x-request-id").unwrap(), "rid");
         assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
