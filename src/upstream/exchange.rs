@@ -473,10 +473,38 @@ fn server_timing(gateway: Duration, upstream: Duration) -> String {
         let micros = (spent.as_nanos() + 500) / 1000;
         timing.push_str(name);
         timing.push_str(itoa::Buffer::new().format(micros / 1000));
+        timing.push('.');
         let fraction = (micros % 1000) as u16;
         for digit in [fraction / 100, fraction / 10 % 10, fraction % 10] {
             timing.push(char::from(b'0' + digit as u8));
         }
     }
     timing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_timing_is_in_milliseconds_with_three_decimals_rounded() {
+        assert_eq!(
+            server_timing(
+                Duration::from_nanos(1_234_400),
+                Duration::from_nanos(2_000_500)
+            ),
+            "gateway;dur=1.234, upstream;dur=2.001"
+        );
+        assert_eq!(
+            server_timing(Duration::ZERO, Duration::from_secs(75)),
+            "gateway;dur=0.000, upstream;dur=75000.000"
+        );
+        assert_eq!(
+            server_timing(
+                Duration::from_micros(999_999),
+                Duration::from_nanos(999_600)
+            ),
+            "gateway;dur=999.999, upstream;dur=1.000"
+        );
+    }
 }
