@@ -77,6 +77,8 @@ impl<'de> Visitor<'de> for ObjectVisitor {
     }
 }
 
+/// A member name, borrowed from the body when it holds no escape (serde's own `Cow<str>`
+/// always copies).
 struct MemberName<'a>(Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for MemberName<'de> {
