@@ -359,13 +359,32 @@ pub fn format_reset(duration: Duration) -> String {
 
 /// The `x-ratelimit-*` headers for a rate-limited key.
 pub fn rate_headers(status: &RateStatus) -> [(HeaderName, String); 3] {
-    const LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
-    const REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
-    const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+    const NAMES: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ];
+    position_headers(
+        NAMES,
+        status.limit.into(),
+        status.remaining.into(),
+        status.reset,
+    )
+}
+
+/// A limit's position as its three `x-ratelimit-*` headers (`names`: limit, remaining,
+/// reset), for requests and for tokens alike.
+fn position_headers(
+    names: [HeaderName; 3],
+    limit: u64,
+    remaining: u64,
+    reset: Duration,
+) -> [(HeaderName, String); 3] {
+    let [limit_name, remaining_name, reset_name] = names;
     [
-        (LIMIT, status.limit.to_string()),
-        (REMAINING, status.remaining.to_string()),
-        (RESET, format_reset(status.reset)),
+        (limit_name, limit.to_string()),
+        (remaining_name, remaining.to_string()),
+        (reset_name, format_reset(reset)),
     ]
 }
 

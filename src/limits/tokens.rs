@@ -292,14 +292,12 @@ fn binding_of(
 
 /// The `x-ratelimit-*-tokens` headers.
 pub fn token_headers(status: &TokenStatus) -> [(HeaderName, String); 3] {
-    const LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-tokens");
-    const REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
-    const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
-    [
-        (LIMIT, status.limit.to_string()),
-        (REMAINING, status.remaining.to_string()),
-        (RESET, super::format_reset(status.reset)),
-    ]
+    const NAMES: [HeaderName; 3] = [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ];
+    super::position_headers(NAMES, status.limit, status.remaining, status.reset)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange, Outgoing};
-use super::request::{request_header, set_trace_context, upstream_target};
+use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
@@ -170,14 +170,7 @@ async fn attempts(
         });
         *called = Called {
             upstream: Some(upstream.name.clone()),
-            url: Some(
-                [
-                    upstream.origin.as_str(),
-                    &upstream.base_path,
-                    &dispatch.path,
-                ]
-                .concat(),
-            ),
+            url: Some(upstream.origin.clone() + &upstream_path(upstream, &dispatch.path)),
         };
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, &dispatch.path, query);
