@@ -203,23 +203,49 @@ impl JsonScan {
 
     /// Follows `bytes`, the next piece of the document.
     pub fn feed(&mut self, bytes: &[u8]) {
+        // Where the `usage` value's bytes start in this piece, once it has started: they
+        // are copied in one go when it ends, or at the end of the piece.
+        let mut copy_from = self.capture.is_some_and(|c| c.start.is_some()).then_some(0);
         let mut i = 0;
         while i < bytes.len() {
             let from = i;
-            let value_open = self.capture.is_some_and(|c| c.start.is_some());
-            i = if self.in_string {
-                self.string_run(bytes, i)
+            if self.in_string {
+                i = self.string_run(bytes, i);
             } else {
-                self.byte(bytes[i]);
-                i + 1
+                let byte = bytes[i];
+                // Outside a `usage` value, scalars and string values change only offsets.
+                let watching = self.capture.is_some() || self.expect_name;
+                match SKIMMED[usize::from(byte)] {
+                    Skimmed::Blank => self.at += 1,
+                    Skimmed::Scalar if self.capture.is_none() => {
+                        self.at += 1;
+                        self.significant_end = self.at;
+                    }
+                    Skimmed::Quote if !watching => {
+                        self.at += 1;
+                        self.significant_end = self.at;
+                        self.in_string = true;
+                    }
+                    _ => self.byte(byte),
+                }
+                i += 1;
+            }
+            let Some(capture) = self.capture else {
+                continue;
             };
-            let value_seen = value_open || self.capture.is_some_and(|c| c.start.is_some());
-            if self.copying && (value_seen || self.ended.is_some()) {
-                self.keep(&bytes[from..i]);
+            if copy_from.is_none() && capture.start.is_some() {
+                copy_from = Some(from);
             }
             if let Some((end, comma)) = self.ended.take() {
+                if self.copying {
+                    self.keep(&bytes[copy_from.unwrap_or(from)..i]);
+                }
+                copy_from = None;
                 self.finish_capture(end, comma);
             }
+        }
+        if let (Some(from), true) = (copy_from, self.copying) {
+            self.keep(&bytes[from..]);
         }
     }
 
@@ -367,6 +393,11 @@ impl JsonScan {
         let wanted = name == Name::Usage && (self.depth == 1 || self.outer == Some(Name::Response));
         if wanted && self.capture.is_none() {
             self.value.clear();
+            if self.copying {
+                // Room for a usual value at once (a chat answer's is ~70 bytes, with details
+                // ~200), rather than growing from 8.
+                self.value.reserve(256);
+            }
             self.too_long = false;
             self.capture = Some(Capture {
                 depth: self.depth,
@@ -405,6 +436,35 @@ impl JsonScan {
         self.value.extend_from_slice(bytes);
     }
 }
+
+/// What a byte outside strings is, for [`JsonScan::feed`].
+#[derive(Clone, Copy)]
+enum Skimmed {
+    /// Whitespace: moves the offset only.
+    Blank,
+    /// Part of a number, `true`, `false` or `null` (or a stray byte): ends a scalar.
+    Scalar,
+    /// Opens a string.
+    Quote,
+    /// A bracket, colon or comma.
+    Structure,
+}
+
+/// [`Skimmed`] for every byte.
+static SKIMMED: [Skimmed; 256] = {
+    let mut table = [Skimmed::Scalar; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = match byte as u8 {
+            b if b.is_ascii_whitespace() => Skimmed::Blank,
+            b'"' => Skimmed::Quote,
+            b'{' | b'[' | b'}' | b']' | b':' | b',' => Skimmed::Structure,
+            _ => Skimmed::Scalar,
+        };
+        byte += 1;
+    }
+    table
+};
 
 /// Where a line of an event stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
