@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange, Outgoing};
-use super::request::{request_header, set_trace_context, upstream_path, upstream_target};
+use super::request::{request_header, upstream_path, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
@@ -172,25 +172,6 @@ async fn attempts(
             upstream: Some(upstream.name.clone()),
             url: Some(upstream.origin.clone() + &upstream_path(upstream, &dispatch.path)),
         };
-        let query = session.req_header().uri.query();
-        let path = upstream_target(upstream, &dispatch.path, query);
-        let mut header = match request_header(
-            session.req_header(),
-            upstream,
-            &path,
-            dispatch.request_id,
-            body.len(),
-            client_address.as_deref(),
-        ) {
-            // Boxed: ~350 bytes that the request's future would otherwise hold (twice,
-            // see `exchange`) for as long as the answer lasts.
-            Ok(header) => Box::new(header),
-            Err(e) => {
-                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
-                return Delivery::Refused(RequestError::Internal);
-            }
-        };
-
         // A client that leaves while queued gives its place back at once.
         let acquired = tokio::select! {
             acquired = upstreams.acquire(upstream) => acquired,
@@ -220,12 +201,24 @@ async fn attempts(
                 number: resends + 1,
             })
         });
-        if let Some(attempt) = &attempt {
-            if let Err(e) = set_trace_context(&mut header, &attempt.upstream_headers()) {
+        let trace_fields = attempt.as_ref().map(AttemptTrace::upstream_headers);
+        let query = session.req_header().uri.query();
+        let path = upstream_target(upstream, &dispatch.path, query);
+        let header = match request_header(
+            session.req_header(),
+            upstream,
+            &path,
+            dispatch.request_id,
+            body.len(),
+            client_address.as_deref(),
+            trace_fields.as_deref(),
+        ) {
+            Ok(header) => header,
+            Err(e) => {
                 log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
                 return Delivery::Refused(RequestError::Internal);
             }
-        }
+        };
         let in_flight = upstreams.start_request(
             &upstream.name,
             metrics

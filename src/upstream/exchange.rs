@@ -15,6 +15,7 @@ use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
 use super::http1::{Head, Http1};
 use super::pool::Pool;
+use super::request::RequestHead;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
@@ -27,7 +28,6 @@ use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
-use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType};
@@ -60,7 +60,7 @@ pub struct Exchange {
 /// What goes to the upstream: needed until the answer's header comes, not while its
 /// body passes.
 pub struct Outgoing {
-    pub header: Box<RequestHeader>,
+    pub header: RequestHead,
     pub body: Body,
 }
 

@@ -18,12 +18,10 @@
 //! in as few writes as the transport under it allows (see `transport.rs`).
 
 use super::body::Body;
-use super::request::connection_tokens;
+use super::request::{connection_tokens, RequestHead};
 use super::response::{framing, Framing};
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
-use pingora::http::RequestHeader;
-use pingora::protocols::http::v1::client::http_req_header_to_wire;
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use pingora::protocols::Shutdown;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType, OkOrErr, OrErr, Result};
@@ -117,14 +115,10 @@ impl Http1 {
     }
 
     /// Writes the request header and body and flushes them.
-    pub async fn send(&mut self, header: &RequestHeader, body: &Body) -> Result<()> {
-        let wire = http_req_header_to_wire(header).or_err(
-            ErrorType::InvalidHTTPHeader,
-            "a request header that cannot be sent",
-        )?;
-        self.head_request = header.method == Method::HEAD;
+    pub async fn send(&mut self, head: &RequestHead, body: &Body) -> Result<()> {
+        self.head_request = head.is_head();
         self.stream
-            .write_all(&wire)
+            .write_all(head.wire())
             .await
             .or_err(ErrorType::WriteError, "writing the request header")?;
         body.write(&mut self.stream).await?;
@@ -421,6 +415,7 @@ fn chunk_size(line: &[u8]) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
@@ -686,9 +681,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (stream, mut server) = super::super::pool::tests::stream(&listener).await;
         let mut connection = Http1::new(stream);
-        let mut header = RequestHeader::build("HEAD", b"/v1/models?x=1", None).unwrap();
-        header.insert_header("host", "up.example").unwrap();
-        header.insert_header("content-length", "4").unwrap();
+        let header = RequestHead::written(
+            Method::HEAD,
+            "/v1/models?x=1",
+            &[("host", "up.example"), ("content-length", "4")],
+        );
         connection
             .send(&header, &Body::Bytes(Bytes::from_static(b"body")))
             .await
