@@ -15,8 +15,8 @@ use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
 use super::http1::{Head, Http1};
 use super::pool::Pool;
-use super::request::RequestHead;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
+use super::request::RequestHead;
 use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::verdict::{
     failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Onward, Outcome,

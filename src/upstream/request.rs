@@ -158,7 +158,12 @@ impl RequestHead {
         let fields = request
             .headers
             .iter()
-            .map(|f| (f.name.to_owned(), String::from_utf8(f.value.to_vec()).unwrap()))
+            .map(|f| {
+                (
+                    f.name.to_owned(),
+                    String::from_utf8(f.value.to_vec()).unwrap(),
+                )
+            })
             .collect();
         (target, fields)
     }
@@ -167,7 +172,9 @@ impl RequestHead {
     #[cfg(test)]
     fn get(&self, name: &str) -> Option<String> {
         let (_, fields) = self.read_back();
-        let mut found = fields.into_iter().filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let mut found = fields
+            .into_iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name));
         let value = found.next().map(|(_, v)| v);
         assert!(found.next().is_none(), "{name} is sent once");
         value
@@ -190,7 +197,9 @@ fn wire_name(name: &HeaderName) -> &str {
 
 /// What `HeaderValue` accepts: visible bytes, spaces and tabs (no line breaks).
 fn is_field_value(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| (b >= b' ' && b != 0x7f) || b == b'\t')
+    bytes
+        .iter()
+        .all(|&b| (b >= b' ' && b != 0x7f) || b == b'\t')
 }
 
 /// The request head sent upstream for a request of `body_len` bytes, to `target` (path
@@ -425,10 +434,7 @@ mod tests {
         );
         let check = check_header(&azure).unwrap();
         assert_eq!(check.read_back().0, "/v1/models?api-version=2024-06-01");
-        assert!(
-            check.get("api-key").is_some(),
-            "checks are authorized too"
-        );
+        assert!(check.get("api-key").is_some(), "checks are authorized too");
 
         let x_api_key = styled(ProviderStyle {
             auth_header: http::HeaderName::from_static("x-api-key"),
@@ -445,7 +451,9 @@ mod tests {
     #[test]
     fn the_head_is_written_as_it_goes_on_the_wire() {
         let mut client = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
-        client.append_header("content-type", "application/json").unwrap();
+        client
+            .append_header("content-type", "application/json")
+            .unwrap();
         client.append_header("traceparent", "00-client-01").unwrap();
         client.append_header("x-b3", "client").unwrap();
         let sent = request_header(
