@@ -203,7 +203,15 @@ pub(super) async fn exchange(
         };
     }
     let timing = server_timing(sent_at - call.request_started, ttfb);
-    let mut to_client = match response_header(&response, call.response_headers) {
+    // The upstream's own request id, for the record of an error answer (the one whose
+    // bytes are kept). The upstream's header becomes the client's: a stream holds no
+    // second copy of it.
+    let upstream_id = (status >= 400)
+        .then(|| response.headers.get("x-request-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut to_client = match response_header(response, call.response_headers) {
         Ok(header) => header,
         Err(invalid) => {
             log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), invalid:? = invalid; "upstream response header refused");
@@ -267,16 +275,6 @@ pub(super) async fn exchange(
             )
             .ok();
     }
-    // The upstream's own request id, for the record of an error answer (the one whose
-    // bytes are kept). The upstream's header is not kept while the body passes: a stream
-    // holds no second copy of it.
-    let upstream_id = passing
-        .kept
-        .as_ref()
-        .and_then(|_| response.headers.get("x-request-id"))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    drop(response);
     if let Err(e) = session.write_response_header(Box::new(to_client)).await {
         return Outcome::ClientGone(e);
     }

@@ -83,53 +83,67 @@ pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
 /// with framing set by the gateway (a close-delimited body becomes chunked, so the client
 /// connection survives) and the upstream's `x-request-id` kept as `x-upstream-request-id`,
 /// plus the gateway's own `headers` (request ID, rate position, timing).
+///
+/// The upstream's field map becomes the client's, edited in place: copying every field
+/// into a new map cost more than the few removals (benches/README.md, eighth session).
 pub fn response_header(
-    upstream: &Head,
+    upstream: Head,
     headers: &[(HeaderName, String)],
 ) -> Result<ResponseHeader, InvalidResponse> {
     let status = upstream.status.as_u16();
     if !(100..=599).contains(&status) {
         return Err(InvalidResponse::Status(status));
     }
-    let framing = upstream.framing;
-    // The caller logs the refusal with the request's ID.
-    let built = |_: Box<pingora::Error>| InvalidResponse::Framing;
-    // No case map: names go out title-cased when standard, lower-case otherwise, as they
-    // did with one (the names come from a parsed map), and a stream that stays open for
-    // minutes does not keep a second map of every name (~1 KB, benches/README.md).
-    let mut header = ResponseHeader::build_no_case(
-        upstream.status,
-        Some(upstream.headers.len() + headers.len()),
-    )
-    .map_err(built)?;
-    let named_by_connection = connection_tokens(upstream.headers.get_all(header::CONNECTION));
-    for (name, value) in upstream.headers.iter() {
-        let lower = name.as_str();
-        if NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.iter().any(|t| t == lower) {
-            continue;
-        }
-        let name = if lower == "x-request-id" {
-            HeaderName::from_static("x-upstream-request-id")
-        } else {
-            name.clone()
-        };
-        header.append_header(name, value.clone()).map_err(built)?;
+    let Head {
+        status: code,
+        headers: mut fields,
+        framing,
+        ..
+    } = upstream;
+    let named_by_connection = connection_tokens(fields.get_all(header::CONNECTION));
+    let unwanted: Vec<HeaderName> = fields
+        .keys()
+        .filter(|name| {
+            let lower = name.as_str();
+            NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.iter().any(|t| t == lower)
+        })
+        .cloned()
+        .collect();
+    for name in &unwanted {
+        fields.remove(name);
     }
-    let bodiless = matches!(status, 204 | 304) || upstream.status.is_informational();
-    let framed = match framing {
-        Framing::Length(n) => header.insert_header(header::CONTENT_LENGTH, HeaderValue::from(n)),
+    if let http::header::Entry::Occupied(ids) = fields.entry("x-request-id") {
+        let (_, values) = ids.remove_entry_mult();
+        let renamed: Vec<HeaderValue> = values.collect();
+        for value in renamed {
+            fields.append(HeaderName::from_static("x-upstream-request-id"), value);
+        }
+    }
+    let bodiless = matches!(status, 204 | 304) || code.is_informational();
+    match framing {
+        Framing::Length(n) => {
+            fields.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
         Framing::Chunked | Framing::Close if !bodiless => {
-            header.insert_header(header::TRANSFER_ENCODING, "chunked")
+            fields.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
         }
-        Framing::Chunked | Framing::Close => Ok(()),
-    };
-    framed.map_err(built)?;
-    for (name, value) in headers {
-        header
-            .insert_header(name.clone(), value.as_str())
-            .map_err(built)?;
+        Framing::Chunked | Framing::Close => {}
     }
-    Ok(header)
+    for (name, value) in headers {
+        // The caller logs the refusal with the request's ID.
+        let value = HeaderValue::from_str(value).map_err(|_| InvalidResponse::Framing)?;
+        fields.insert(name.clone(), value);
+    }
+    // No case map (a header made from parts has none): names go out title-cased when
+    // standard, lower-case otherwise, and a stream that stays open for minutes does not
+    // keep a second map of every name (~1 KB, benches/README.md).
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = code;
+    parts.headers = fields;
+    Ok(ResponseHeader::from(parts))
 }
 
 /// Whether a response is an SSE stream (the only kind an error event may be appended to).
@@ -184,8 +198,7 @@ mod tests {
             ],
         );
         assert_eq!(upstream.framing, Framing::Close);
-        let sent =
-            response_header(&upstream, &[(crate::request_id::HEADER, "rid".into())]).unwrap();
+        let sent = response_header(upstream, &[(crate::request_id::HEADER, "rid".into())]).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert_eq!(sent.headers.get("x-request-id").unwrap(), "rid");
         assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
@@ -227,7 +240,7 @@ mod tests {
                 ("content-type", "application/json"),
             ],
         );
-        let sent = response_header(&upstream, &[]).unwrap();
+        let sent = response_header(upstream, &[]).unwrap();
         for gone in ["set-cookie", "alt-svc", "strict-transport-security"] {
             assert!(
                 sent.headers.get(gone).is_none(),
@@ -248,7 +261,7 @@ mod tests {
     #[test]
     fn invalid_statuses_and_framing_are_refused() {
         assert_eq!(
-            response_header(&from_upstream(999, &[]), &[]).unwrap_err(),
+            response_header(from_upstream(999, &[]), &[]).unwrap_err(),
             InvalidResponse::Status(999)
         );
         for framing in [
@@ -268,7 +281,7 @@ mod tests {
             200,
             &[("transfer-encoding", "Chunked"), ("content-length", "9")],
         );
-        let sent = response_header(&chunked, &[]).unwrap();
+        let sent = response_header(chunked, &[]).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert!(
             sent.headers.get("content-length").is_none(),
