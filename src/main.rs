@@ -6,7 +6,55 @@ use clap::{Parser, Subcommand};
 /// mimalloc for the whole process: a request allocates and frees many small buffers across
 /// threads, where glibc's malloc spent ~12% of the gateway's CPU (benches/README.md).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Mimalloc = Mimalloc;
+
+/// mimalloc, called the way the C library means it to be: `mi_malloc` for what any block
+/// satisfies, `mi_malloc_aligned` only for the rare stricter alignment. The `mimalloc`
+/// crate's allocator calls `mi_malloc_aligned` for everything, whose fast path serves
+/// only blocks up to 1 KiB that happen to be aligned and whose generic path costs ~170
+/// instructions: ~10 times a request (benches/README.md, eighth session).
+struct Mimalloc;
+
+/// Every mimalloc block is aligned to a pointer's size, whatever its size.
+const BLOCK_ALIGN: usize = std::mem::size_of::<usize>();
+
+// SAFETY: each method forwards to the mimalloc function with the contract GlobalAlloc
+// asks for: blocks of at least the layout's size and alignment (mi_malloc's blocks are
+// aligned to BLOCK_ALIGN, stricter alignments go through the _aligned calls), freed or
+// resized only by mimalloc, null on failure.
+unsafe impl std::alloc::GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if layout.align() <= BLOCK_ALIGN {
+            libmimalloc_sys::mi_malloc(layout.size()).cast()
+        } else {
+            libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()).cast()
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if layout.align() <= BLOCK_ALIGN {
+            libmimalloc_sys::mi_zalloc(layout.size()).cast()
+        } else {
+            libmimalloc_sys::mi_zalloc_aligned(layout.size(), layout.align()).cast()
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        libmimalloc_sys::mi_free(ptr.cast());
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if layout.align() <= BLOCK_ALIGN {
+            libmimalloc_sys::mi_realloc(ptr.cast(), new_size).cast()
+        } else {
+            libmimalloc_sys::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
+        }
+    }
+}
 use rand::RngCore;
 use sluice::access_log::AccessLog;
 use sluice::catalog::Catalog;
