@@ -2,6 +2,19 @@
 //! echo backend on its own. Startup only; the gateway itself lives in the library.
 
 use clap::{Parser, Subcommand};
+use rand::RngCore;
+use sluice::access_log::AccessLog;
+use sluice::catalog::Catalog;
+use sluice::clock::{rfc3339, MonotonicClock, SystemWallClock, WallClock};
+use sluice::config::{load_files, load_files_with, name_problem, text_problem, Config, HostLookup};
+use sluice::gateway::Gateway;
+use sluice::reload::{Reloader, Trigger};
+use sluice::secret::KeyHash;
+use sluice::server::EventLoops;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// mimalloc for the whole process: a request allocates and frees many small buffers across
 /// threads, where glibc's malloc spent ~12% of the gateway's CPU (benches/README.md).
@@ -55,19 +68,6 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
         }
     }
 }
-use rand::RngCore;
-use sluice::access_log::AccessLog;
-use sluice::catalog::Catalog;
-use sluice::clock::{rfc3339, MonotonicClock, SystemWallClock, WallClock};
-use sluice::config::{load_files, load_files_with, name_problem, text_problem, Config, HostLookup};
-use sluice::gateway::Gateway;
-use sluice::reload::{Reloader, Trigger};
-use sluice::secret::KeyHash;
-use sluice::server::EventLoops;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "An LLM API gateway on pingora")]
