@@ -3,6 +3,10 @@
 //! JSON parsers disagree on which copy wins and the upstream must never act on a `model`,
 //! `stream` or `tools` other than the one the gateway checked.
 
+mod walk;
+
+pub(crate) use walk::{elements, members, string};
+
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -12,7 +16,7 @@ use std::fmt;
 /// contain escapes; `repeated` is the first name that appeared twice (in the order the
 /// second copies appear), and `get` finds a name's first copy.
 ///
-/// Kept sorted by name rather than in a hash map: a request body has a handful of
+/// Kept sorted (see [`order`]) rather than in a hash map: a request body has a handful of
 /// members, and a binary search over them costs less than hashing each name (SipHash was
 /// ~3k instructions a request, `benches/README.md`), while a body with very many members
 /// still costs n log n, not n².
@@ -31,7 +35,9 @@ struct Member<'a> {
 
 impl<'a> Object<'a> {
     pub(crate) fn get(&self, key: &str) -> Option<&&'a RawValue> {
-        let first = self.members.partition_point(|m| m.name.as_ref() < key);
+        let first = self
+            .members
+            .partition_point(|m| order(&m.name) < order(key));
         self.members
             .get(first)
             .filter(|m| m.name == key)
@@ -40,7 +46,7 @@ impl<'a> Object<'a> {
 
     fn from_members(mut members: Vec<Member<'a>>) -> Self {
         // A stable sort: a name's copies stay in document order, the first one first.
-        members.sort_by(|a, b| a.name.cmp(&b.name));
+        members.sort_by(|a, b| order(&a.name).cmp(&order(&b.name)));
         // The name whose second copy comes first in the document.
         let repeated = members
             .windows(2)
@@ -49,6 +55,12 @@ impl<'a> Object<'a> {
             .map(|pair| pair[0].name.clone());
         Object { members, repeated }
     }
+}
+
+/// The order members are kept in: by length, then by bytes. Names of different lengths
+/// (most pairs) compare without reading them, which a lexical order cannot do.
+fn order(name: &str) -> (usize, &[u8]) {
+    (name.len(), name.as_bytes())
 }
 
 impl<'de> Deserialize<'de> for Object<'de> {

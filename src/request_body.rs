@@ -10,7 +10,7 @@
 
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
-use crate::json_object::Object;
+use crate::json_object::{self, Object};
 use bytes::{Bytes, BytesMut};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -269,38 +269,42 @@ fn quoted(text: &str) -> String {
 }
 
 fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
-    let messages: Vec<&RawValue> = serde_json::from_str(raw.get()).map_err(|_| {
+    let messages = json_object::elements(raw.get()).ok_or_else(|| {
         invalid(
             "messages",
             "'messages' must be an array of message objects.",
         )
     })?;
-    if messages.is_empty() {
-        return Err(invalid(
-            "messages",
-            "'messages' must contain at least one message.",
-        ));
-    }
-    for (i, message) in messages.iter().enumerate() {
-        let object: Object = serde_json::from_str(message.get()).map_err(|_| {
+    let mut count = 0;
+    for (i, message) in messages.enumerate() {
+        count += 1;
+        let members = json_object::members(message).ok_or_else(|| {
             invalid(
                 &format!("messages[{i}]"),
                 &format!("messages[{i}] must be an object with 'role' and 'content'."),
             )
         })?;
+        // A name's first copy counts, as `Object::get` finds it.
+        let (mut raw_role, mut content) = (None, None);
+        for (name, value) in members {
+            match name.as_ref() {
+                "role" => _ = raw_role.get_or_insert(value),
+                "content" => _ = content.get_or_insert(value),
+                _ => {}
+            }
+        }
         // The parameter names are made only for an error: this runs for every message.
         let role_param = || format!("messages[{i}].role");
-        let raw_role = object
-            .get("role")
+        let raw_role = raw_role
             .ok_or_else(|| invalid(&role_param(), &format!("messages[{i}] has no 'role'.")))?;
-        let role: Cow<str> = serde_json::from_str(raw_role.get()).map_err(|_| {
+        let role = json_object::string(raw_role).ok_or_else(|| {
             invalid(
                 &role_param(),
                 &format!("messages[{i}].role must be a string."),
             )
         })?;
         let content_param = || format!("messages[{i}].content");
-        match object.get("content").map(|c| c.get().as_bytes()[0]) {
+        match content.map(|c| c.as_bytes().first().copied().unwrap_or(b',')) {
             Some(b'"') | Some(b'[') => {}
             Some(b'n') | None if role == "assistant" => {}
             None => {
@@ -318,6 +322,12 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
                 ))
             }
         }
+    }
+    if count == 0 {
+        return Err(invalid(
+            "messages",
+            "'messages' must contain at least one message.",
+        ));
     }
     Ok(())
 }
@@ -407,6 +417,14 @@ mod tests {
     fn assistant_tool_call_messages_may_omit_content() {
         let body = r#"{"model":"m","messages":[{"role":"assistant","tool_calls":[]},{"role":"assistant","content":null}]}"#;
         assert!(inspect(body.as_bytes(), EndpointType::Chat).is_ok());
+        // The role decoded, blanks anywhere, and a role's first copy counting.
+        let body = "{ \"model\" : \"m\" , \"messages\" : [ { \"role\" : \"assist\\u0061nt\" } ,\n\t{\"role\":\"assistant\",\"role\":\"user\",\"content\":null} ] }";
+        assert!(
+            inspect(body.as_bytes(), EndpointType::Chat).is_ok(),
+            "{body}"
+        );
+        let body = r#"{"model":"m","messages":[{"role":"user","role":"assistant"}]}"#;
+        assert_eq!(param_of(body).as_deref(), Some("messages[0].content"));
     }
 
     #[test]

@@ -18,10 +18,10 @@
 //! in as few writes as the transport under it allows (see `transport.rs`).
 
 use super::body::Body;
-use super::request::{connection_tokens, RequestHead};
+use super::request::{ConnectionTokens, RequestHead};
 use super::response::{framing, Framing};
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use pingora::protocols::Shutdown;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType, OkOrErr, OrErr, Result};
@@ -269,8 +269,8 @@ impl Http1 {
             Framing::Chunked => Reading::Chunked(Chunk::Size),
             Framing::Close => Reading::UntilClose,
         };
-        let tokens = connection_tokens(head.headers.get_all(header::CONNECTION));
-        let said = |token: &str| tokens.iter().any(|t| t == token);
+        let tokens = ConnectionTokens::of(&head.headers);
+        let said = |token: &str| tokens.contains(token);
         self.keepalive = match head.version {
             _ if said("close") => false,
             // HTTP/1.0 keeps a connection only when asked, and never after chunked framing.

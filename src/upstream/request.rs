@@ -221,13 +221,13 @@ pub fn request_header(
         target,
         client.headers.len() + style.headers.len() + 6,
     )?;
-    let named_by_connection = connection_tokens(client.headers.get_all(header::CONNECTION));
+    let named_by_connection = ConnectionTokens::of(&client.headers);
     for (name, value) in client.headers.iter() {
         let lower = name.as_str();
         if NOT_FORWARDED_UP.contains(&lower)
             || lower == "x-request-id"
             || *name == style.auth_header
-            || named_by_connection.iter().any(|t| t == lower)
+            || named_by_connection.contains(lower)
             || (trace.is_some() && matches!(lower, "traceparent" | "tracestate"))
             // The upstream's configured `headers` take the place of the client's.
             || style.headers.iter().any(|(configured, _)| configured == name)
@@ -306,16 +306,23 @@ fn authorize(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
     })
 }
 
-pub(super) fn connection_tokens<'a>(
-    values: impl IntoIterator<Item = &'a http::HeaderValue>,
-) -> Vec<String> {
-    values
-        .into_iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect()
+/// The tokens of a message's `Connection` fields, read where they stand: most messages
+/// name one or none, and a copy of each (as `String`s) cost an allocation per message.
+pub(super) struct ConnectionTokens<'a>(http::header::GetAll<'a, http::HeaderValue>);
+
+impl<'a> ConnectionTokens<'a> {
+    pub(super) fn of(headers: &'a http::HeaderMap) -> Self {
+        ConnectionTokens(headers.get_all(header::CONNECTION))
+    }
+
+    /// `token` (lowercase) is among them, in any case.
+    pub(super) fn contains(&self, token: &str) -> bool {
+        self.0
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    }
 }
 
 #[cfg(test)]

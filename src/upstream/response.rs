@@ -3,7 +3,7 @@
 //! whether it is an event stream, and what an upstream's 429 asks us to wait.
 
 use super::http1::Head;
-use super::request::connection_tokens;
+use super::request::ConnectionTokens;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
@@ -100,12 +100,12 @@ pub fn response_header(
         framing,
         ..
     } = upstream;
-    let named_by_connection = connection_tokens(fields.get_all(header::CONNECTION));
+    let named_by_connection = ConnectionTokens::of(&fields);
     let unwanted: Vec<HeaderName> = fields
         .keys()
         .filter(|name| {
             let lower = name.as_str();
-            NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.iter().any(|t| t == lower)
+            NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.contains(lower)
         })
         .cloned()
         .collect();
