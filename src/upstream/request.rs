@@ -31,6 +31,9 @@ const NOT_FORWARDED_UP: [&str; 16] = [
     "x-forwarded-for",
 ];
 
+/// The chain of client addresses the request passed through.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// The path of `route` (e.g. `/chat/completions`) under the upstream's base URL, without
 /// a query string (for the access log).
 pub fn upstream_path(upstream: &Upstream, route: &str) -> String {
@@ -272,16 +275,22 @@ fn provider_fields(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
 
 /// The client's `X-Forwarded-For` chain with the address the gateway saw appended.
 fn forwarded_for(client: &RequestHeader, address: Option<&str>) -> Option<String> {
-    let chain: Vec<&str> = client
+    let mut chain = String::new();
+    let hops = client
         .headers
-        .get_all("x-forwarded-for")
+        .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .chain(address)
-        .collect();
-    (!chain.is_empty()).then(|| chain.join(", "))
+        .chain(address);
+    for hop in hops {
+        if !chain.is_empty() {
+            chain.push_str(", ");
+        }
+        chain.push_str(hop);
+    }
+    (!chain.is_empty()).then_some(chain)
 }
 
 /// Adds the upstream's credential, when it has one, in its `auth_header` after its
