@@ -364,3 +364,25 @@ fn address_text(ip: std::net::IpAddr) -> String {
         std::net::IpAddr::V6(_) => ip.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for text in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.20.3.40",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let ip: IpAddr = text.parse().unwrap();
+            assert_eq!(address_text(ip), ip.to_string());
+            assert_eq!(address_text(ip), text);
+        }
+    }
+}
