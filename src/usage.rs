@@ -715,6 +715,57 @@ mod tests {
     }
 
     #[test]
+    fn every_split_reads_what_the_whole_document_reads() {
+        let documents: [&[u8]; 4] = [
+            br#"{"id":"x", "choices":[{"delta":{"content":"a \"usage\": {[}"}}] ,"usage" : {"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1,"x":["]}\"",{"a":[[]]}]}} ,"z":[1,{"usage":9}]}"#,
+            br#"{"type":"response.completed","response":{"id":"r","output":[{"t":"}]"}],"usage":{"input_tokens":2,"output_tokens":5,"output_tokens_details":{"reasoning_tokens":1}}},"n":1}"#,
+            br#"{ "usage" : null , "choices" : [ ] }"#,
+            br#"{"a":[true,false,null,-1.5e3,"s"],"usage":{"total_tokens":11}}"#,
+        ];
+        for json in documents {
+            let whole = scan_in_pieces(json, json.len());
+            let expected = (whole.usage(), whole.member().cloned(), whole.found);
+            assert!(whole.found, "{}", String::from_utf8_lossy(json));
+            for piece in 1..json.len() {
+                let scan = scan_in_pieces(json, piece);
+                assert_eq!(
+                    (scan.usage(), scan.member().cloned(), scan.found),
+                    expected,
+                    "pieces of {piece}"
+                );
+            }
+            for at in 1..json.len() {
+                let mut scan = JsonScan::copying();
+                scan.feed(&json[..at]);
+                scan.feed(&json[at..]);
+                assert_eq!(
+                    (scan.usage(), scan.member().cloned(), scan.found),
+                    expected,
+                    "split at {at}"
+                );
+            }
+        }
+        let first = scan_in_pieces(documents[0], 5);
+        assert_eq!(
+            first.usage(),
+            Some(Usage {
+                input: 3,
+                output: 4,
+                cached: Some(1),
+                reasoning: None
+            })
+        );
+        assert_eq!(
+            scan_in_pieces(documents[1], 3).usage().map(|u| u.reasoning),
+            Some(Some(1))
+        );
+        assert_eq!(
+            scan_in_pieces(documents[3], 2).usage().map(|u| u.total()),
+            Some(11)
+        );
+    }
+
+    #[test]
     fn nested_usage_counts_only_inside_response() {
         let completed = br#"{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":2,"output_tokens":5}}}"#;
         assert_eq!(
