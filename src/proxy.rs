@@ -342,7 +342,7 @@ impl Proxy {
         let destination = Destination {
             model,
             body: read.body(),
-            path: endpoint.path.to_owned(),
+            path: endpoint.path,
             stored,
             rewrites_ids: endpoint.kind == EndpointType::Responses,
             inject_usage: read.usage_unasked(endpoint.kind),
@@ -384,7 +384,7 @@ impl Proxy {
                 model,
                 pool: &self.pool,
                 body: body.clone(),
-                path: path.clone(),
+                path,
                 stored: stored.take(),
                 rewrites_ids,
                 inject_usage,
@@ -440,7 +440,7 @@ impl Proxy {
 struct Destination<'a> {
     model: &'a Model,
     body: RequestBody<'a>,
-    path: String,
+    path: &'a str,
     stored: Option<Stored>,
     rewrites_ids: bool,
     /// A stream whose client did not ask for usage (see [`Dispatch::inject_usage`]).

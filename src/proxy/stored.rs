@@ -50,7 +50,7 @@ impl Proxy {
         let destination = Destination {
             model,
             body,
-            path,
+            path: &path,
             stored: Some(stored),
             rewrites_ids: true,
             inject_usage: false,

@@ -6,7 +6,7 @@
 use super::body::RequestBody;
 use super::choose::{another_available, pick};
 use super::exchange::{exchange, Call, Exchange, Outgoing};
-use super::request::{request_header, upstream_path, upstream_target};
+use super::request::{request_header, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
@@ -28,7 +28,7 @@ pub struct Dispatch<'a> {
     pub pool: &'a Pool,
     pub body: RequestBody<'a>,
     /// The path under the upstream's base URL, e.g. `/chat/completions`.
-    pub path: String,
+    pub path: &'a str,
     /// The stored response the request names, if any: it lives on one target only.
     pub stored: Option<Stored>,
     /// Stored-response IDs in the answer are rewritten to the ones clients see (the
@@ -170,7 +170,7 @@ async fn attempts(
         });
         *called = Called {
             upstream: Some(upstream.name.clone()),
-            url: Some(upstream.origin.clone() + &upstream_path(upstream, &dispatch.path)),
+            url: Some([upstream.origin.as_str(), &upstream.base_path, dispatch.path].concat()),
         };
         // A client that leaves while queued gives its place back at once.
         let acquired = tokio::select! {
@@ -203,7 +203,7 @@ async fn attempts(
         });
         let trace_fields = attempt.as_ref().map(AttemptTrace::upstream_headers);
         let query = session.req_header().uri.query();
-        let path = upstream_target(upstream, &dispatch.path, query);
+        let path = upstream_target(upstream, dispatch.path, query);
         let header = match request_header(
             session.req_header(),
             upstream,

@@ -24,7 +24,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use pingora::protocols::Shutdown;
 use pingora::protocols::Stream;
-use pingora::{Error, ErrorType, OkOrErr, OrErr, Result};
+use pingora::{Error, ErrorType, OrErr, Result};
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::task::{ready, Poll};
@@ -227,13 +227,17 @@ impl Http1 {
                 ))
             }
         };
+        // `ok_or_else`: pingora's `OkOrErr::or_err` builds its error (an allocation) even
+        // when there is none to report, twice a response (benches/README.md, ninth session).
         let status = response
             .code
             .and_then(|code| StatusCode::from_u16(code).ok())
-            .or_err(
-                ErrorType::InvalidHTTPHeader,
-                "a response status out of range",
-            )?;
+            .ok_or_else(|| {
+                Error::explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "a response status out of range",
+                )
+            })?;
         let version = if response.version == Some(0) {
             Version::HTTP_10
         } else {
@@ -247,10 +251,12 @@ impl Http1 {
                 .or_err(ErrorType::InvalidHTTPHeader, "a response field value")?;
             headers.append(name, value);
         }
-        let framing = framing(&headers).ok().or_err(
-            ErrorType::InvalidHTTPHeader,
-            "a response body framed ambiguously",
-        )?;
+        let framing = framing(&headers).map_err(|_| {
+            Error::explain(
+                ErrorType::InvalidHTTPHeader,
+                "a response body framed ambiguously",
+            )
+        })?;
         self.consume(length);
         Ok(Some(Head {
             status,
