@@ -251,6 +251,34 @@ mod tests {
     }
 
     #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them_wherever_the_escape_falls() {
+        for special in [
+            '"', '\\', '\n', '\u{1}', '\u{1f}', '\u{7f}', 'é', ' ', '!', '#',
+        ] {
+            for length in 0..24 {
+                for at in 0..length {
+                    let text: String = (0..length)
+                        .map(|i| {
+                            if i == at {
+                                special
+                            } else {
+                                char::from(b'a' + (i % 26) as u8)
+                            }
+                        })
+                        .collect();
+                    let mut out = Vec::new();
+                    quoted(&mut out, &text);
+                    assert_eq!(
+                        String::from_utf8(out).unwrap(),
+                        serde_json::to_string(&text).unwrap(),
+                        "{text:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn absent_values_are_null_or_left_out_as_serde_json_does() {
         let record = AccessRecord {
             ts: String::new(),
