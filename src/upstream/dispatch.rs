@@ -174,6 +174,8 @@ async fn attempts(
         };
         // A client that leaves while queued gives its place back at once.
         let acquired = tokio::select! {
+            // The slot first: when it is free at once the client is not polled at all.
+            biased;
             acquired = upstreams.acquire(upstream) => acquired,
             gone = session.read_body_or_idle(true) => {
                 let gone = gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));

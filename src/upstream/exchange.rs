@@ -444,6 +444,9 @@ async fn read_header(
     deadline: tokio::time::Instant,
 ) -> Result<Head, NoAnswer> {
     let read = tokio::select! {
+        // The upstream first: once its head is in, a poll of the client (a read of its
+        // socket) would be wasted (benches/README.md, ninth session).
+        biased;
         read = tokio::time::timeout_at(deadline, connection.read_head()) => read,
         gone = session.read_body_or_idle(true) => {
             connection.shutdown().await;

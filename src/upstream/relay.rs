@@ -195,6 +195,10 @@ async fn next_chunk(
     let next_by =
         tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
     let read = tokio::select! {
+        // The upstream first: body bytes already read with the head need no poll of the
+        // client. A client that left is still seen: here when the upstream is quiet, or
+        // by the next write to it.
+        biased;
         read = tokio::time::timeout_at(next_by, connection.read_body()) => read,
         gone = session.read_body_or_idle(true) => {
             connection.shutdown().await;
