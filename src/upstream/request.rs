@@ -12,24 +12,30 @@ use pingora::{Error, ErrorType, Result};
 /// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
 /// clients put them in (a gateway key sent as `x-api-key` must not reach a third party).
-const NOT_FORWARDED_UP: [&str; 16] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
-    "host",
-    "content-length",
-    "authorization",
-    "cookie",
-    "x-api-key",
-    "api-key",
-    "x-forwarded-for",
-];
+///
+/// A `match` rather than a list: a field is checked against every name, and the compiled
+/// match compares lengths first (a scan of the list was ~150 instructions a field).
+fn not_forwarded_up(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "expect"
+            | "host"
+            | "content-length"
+            | "authorization"
+            | "cookie"
+            | "x-api-key"
+            | "api-key"
+            | "x-forwarded-for"
+    )
+}
 
 /// The chain of client addresses the request passed through.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -227,7 +233,7 @@ pub fn request_header(
     let named_by_connection = ConnectionTokens::of(&client.headers);
     for (name, value) in client.headers.iter() {
         let lower = name.as_str();
-        if NOT_FORWARDED_UP.contains(&lower)
+        if not_forwarded_up(lower)
             || lower == "x-request-id"
             || *name == style.auth_header
             || named_by_connection.contains(lower)
@@ -317,21 +323,41 @@ fn authorize(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
 
 /// The tokens of a message's `Connection` fields, read where they stand: most messages
 /// name one or none, and a copy of each (as `String`s) cost an allocation per message.
-pub(super) struct ConnectionTokens<'a>(http::header::GetAll<'a, http::HeaderValue>);
+pub(super) struct ConnectionTokens<'a> {
+    values: http::header::GetAll<'a, http::HeaderValue>,
+    /// A token other than `close` and `keep-alive` (the usual ones) is there: only then
+    /// can a field name be one of them, checked for every field.
+    names_fields: bool,
+}
 
 impl<'a> ConnectionTokens<'a> {
     pub(super) fn of(headers: &'a http::HeaderMap) -> Self {
-        ConnectionTokens(headers.get_all(header::CONNECTION))
+        let values = headers.get_all(header::CONNECTION);
+        let names_fields = tokens(&values)
+            .any(|t| !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive"));
+        ConnectionTokens {
+            values,
+            names_fields,
+        }
     }
 
     /// `token` (lowercase) is among them, in any case.
     pub(super) fn contains(&self, token: &str) -> bool {
-        self.0
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
+        let usual = matches!(token, "close" | "keep-alive");
+        (usual || self.names_fields)
+            && tokens(&self.values).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
     }
+}
+
+/// The comma-separated tokens of `Connection` values, trimmed, empty ones left out.
+fn tokens<'a>(
+    values: &http::header::GetAll<'a, http::HeaderValue>,
+) -> impl Iterator<Item = &'a [u8]> {
+    values
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]
@@ -345,6 +371,22 @@ mod tests {
             crate::upstream::test_upstream(1, Duration::from_secs(1), Duration::from_secs(1));
         upstream.credential = credential.map(|c| Secret::new(c.into()));
         upstream
+    }
+
+    #[test]
+    fn connection_tokens_are_found_in_any_case_and_the_usual_ones_cost_nothing() {
+        let mut headers = http::HeaderMap::new();
+        let none = ConnectionTokens::of(&headers);
+        assert!(!none.contains("close") && !none.contains("x-drop-me"));
+        headers.append(header::CONNECTION, "Keep-Alive".parse().unwrap());
+        let usual = ConnectionTokens::of(&headers);
+        assert!(usual.contains("keep-alive") && !usual.names_fields);
+        assert!(!usual.contains("close") && !usual.contains("x-drop-me"));
+        headers.append(header::CONNECTION, " close ,, X-Drop-Me ".parse().unwrap());
+        let named = ConnectionTokens::of(&headers);
+        assert!(named.names_fields);
+        assert!(named.contains("x-drop-me") && named.contains("close"));
+        assert!(!named.contains("x-drop") && !named.contains(""));
     }
 
     #[test]

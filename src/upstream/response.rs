@@ -12,20 +12,23 @@ use std::time::Duration;
 /// Fields never passed back to the client: those that describe one connection, framing
 /// (the gateway sets its own), and what would act on the gateway's origin rather than the
 /// upstream's (cookies, alternative services, HSTS).
-const NOT_FORWARDED_DOWN: [&str; 12] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "trailer",
-    "upgrade",
-    "te",
-    "content-length",
-    "transfer-encoding",
-    "set-cookie",
-    "alt-svc",
-    "strict-transport-security",
-];
+fn not_forwarded_down(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "trailer"
+            | "upgrade"
+            | "te"
+            | "content-length"
+            | "transfer-encoding"
+            | "set-cookie"
+            | "alt-svc"
+            | "strict-transport-security"
+    )
+}
 
 /// Why an upstream's response header cannot be passed on.
 #[derive(Debug, PartialEq, Eq)]
@@ -105,7 +108,7 @@ pub fn response_header(
         .keys()
         .filter(|name| {
             let lower = name.as_str();
-            NOT_FORWARDED_DOWN.contains(&lower) || named_by_connection.contains(lower)
+            not_forwarded_down(lower) || named_by_connection.contains(lower)
         })
         .cloned()
         .collect();
