@@ -6,6 +6,7 @@ use crate::config::{Config, KeyConfig, ProviderStyle, UpstreamConfig, UpstreamPo
 use crate::endpoint::EndpointType;
 use crate::glob;
 use crate::secret::{KeyHash, Secret};
+use crate::upstream::PoolPeer;
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
 use std::collections::{BTreeMap, HashMap};
@@ -18,7 +19,7 @@ use std::time::Duration;
 pub struct Upstream {
     pub name: String,
     /// Prebuilt peer: address resolved at load, TLS and SNI set, timeouts applied.
-    pub peer: HttpPeer,
+    pub peer: PoolPeer,
     /// `Host` header value sent upstream.
     pub host_header: String,
     /// The URL's path without a trailing slash, e.g. `/v1`.
@@ -416,7 +417,7 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
         .unwrap_or_default();
     Upstream {
         name: config.name.clone(),
-        peer,
+        peer: PoolPeer::new(peer),
         host_header: authority.clone(),
         base_path: url.path().trim_end_matches('/').to_string(),
         origin: format!("{}://{authority}", url.scheme_str().unwrap_or("http")),

@@ -44,7 +44,7 @@ pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;
-pub use pool::Pool;
+pub use pool::{Pool, PoolPeer};
 pub use probe::{run as run_checks, CheckContext};
 pub use verdict::{AfterCut, RESEND_REASONS};
 
@@ -138,11 +138,11 @@ pub(crate) fn test_upstream(
     use pingora::upstreams::peer::HttpPeer;
     crate::catalog::Upstream {
         name: "u".into(),
-        peer: HttpPeer::new(
+        peer: PoolPeer::new(HttpPeer::new(
             std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
             false,
             String::new(),
-        ),
+        )),
         host_header: "backend:8000".into(),
         base_path: "/v1".into(),
         origin: "http://backend:8000".into(),
