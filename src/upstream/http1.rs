@@ -213,7 +213,7 @@ impl Http1 {
             return Ok(None);
         }
         // Left uninitialized until parsed: 256 empty fields are 8 KiB to fill on every
-        // parse (about 1k instructions a response, benches/README.md, ninth session).
+        // parse (~0.6k instructions a response, benches/README.md, ninth session).
         let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
         let mut response = httparse::Response::new(&mut []);
         let mut config = httparse::ParserConfig::default();

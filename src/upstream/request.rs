@@ -13,8 +13,8 @@ use pingora::{Error, ErrorType, Result};
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
 /// clients put them in (a gateway key sent as `x-api-key` must not reach a third party).
 ///
-/// A `match` rather than a list: a field is checked against every name, and the compiled
-/// match compares lengths first (a scan of the list was ~150 instructions a field).
+/// A `match` rather than a list: every field is checked, and the compiled match compares
+/// lengths first where a scan of the list compared the field with each name in turn.
 fn not_forwarded_up(name: &str) -> bool {
     matches!(
         name,
