@@ -207,7 +207,10 @@ impl Proxy {
         let catalog = Arc::clone(ctx.catalog.get_or_insert_with(|| self.gateway.catalog()));
         let request = session.req_header();
         ctx.request_id = crate::request_id::accept_or_generate(
-            request.headers.get("x-request-id").map(|v| v.as_bytes()),
+            request
+                .headers
+                .get(crate::request_id::HEADER)
+                .map(|v| v.as_bytes()),
         );
         log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
         if let Some(telemetry) = &self.gateway.telemetry {
@@ -232,7 +235,10 @@ impl Proxy {
             trace.set_route(request.method.as_str(), &route.template());
         }
         // 2. Bearer key.
-        let authorization = request.headers.get("authorization").map(|v| v.as_bytes());
+        let authorization = request
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
         let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {
             Ok(key) => key,
             Err(refused) => {
@@ -288,10 +294,14 @@ impl Proxy {
         // 4. Body: size, media type, then its shape: JSON, or a form read as it streams.
         let headers = &session.req_header().headers;
         check_declared_length(
-            headers.get("content-length").map(|v| v.as_bytes()),
+            headers
+                .get(http::header::CONTENT_LENGTH)
+                .map(|v| v.as_bytes()),
             catalog.max_body_bytes,
         )?;
-        let content_type = headers.get("content-type").map(|v| v.as_bytes());
+        let content_type = headers
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.as_bytes());
         let (limit, deadline) = (catalog.max_body_bytes, catalog.client_timeout);
         let read = match endpoint.body {
             BodyKind::Json => {

@@ -98,7 +98,7 @@ pub(super) fn request_host(session: &Session) -> &str {
     let request = session.req_header();
     request
         .headers
-        .get("host")
+        .get(http::header::HOST)
         .and_then(|v| v.to_str().ok())
         .or_else(|| request.uri.authority().map(|a| a.as_str()))
         .unwrap_or_default()
@@ -111,13 +111,24 @@ pub(super) async fn read_body(
     limit: usize,
     deadline: Duration,
 ) -> Result<Bytes, Failure> {
-    let mut body = BytesMut::new();
+    // A body that comes in one chunk (the usual small one) is kept as it came; only a
+    // body in several chunks is copied into one.
+    let mut single: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
     read_into(session, limit, deadline, |chunk| {
-        body.extend_from_slice(chunk);
+        match single.take() {
+            None if joined.is_empty() => single = Some(chunk),
+            first => {
+                if let Some(first) = first {
+                    joined.extend_from_slice(&first);
+                }
+                joined.extend_from_slice(&chunk);
+            }
+        }
         Ok(())
     })
     .await?;
-    Ok(body.freeze())
+    Ok(single.unwrap_or_else(|| joined.freeze()))
 }
 
 /// Reads a `multipart/form-data` body as it streams: into a spool (memory, then an unlinked
@@ -133,8 +144,8 @@ pub(super) async fn read_form(
     let mut spool = Spool::default();
     let mut scanner = Scanner::new(boundary);
     read_into(session, limit, deadline, |chunk| {
-        scanner.feed(chunk)?;
-        spool.write(chunk).map_err(|e| {
+        scanner.feed(&chunk)?;
+        spool.write(&chunk).map_err(|e| {
             log::error!(target: "sluice::proxy", request_id, error:% = e; "cannot spool an upload");
             RequestError::Internal
         })
@@ -150,12 +161,12 @@ async fn read_into(
     session: &mut Session,
     limit: usize,
     deadline: Duration,
-    mut take: impl FnMut(&[u8]) -> Result<(), RequestError>,
+    mut take: impl FnMut(Bytes) -> Result<(), RequestError>,
 ) -> Result<(), Failure> {
     let expects_continue = session
         .req_header()
         .headers
-        .get("expect")
+        .get(http::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if expects_continue {
         session
@@ -172,7 +183,7 @@ async fn read_into(
             if read > limit {
                 return Err(RequestError::RequestTooLarge { limit_bytes: limit }.into());
             }
-            take(&chunk)?;
+            take(chunk)?;
         }
         Ok(())
     };

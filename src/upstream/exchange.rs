@@ -207,7 +207,7 @@ pub(super) async fn exchange(
     // bytes are kept). The upstream's header becomes the client's: a stream holds no
     // second copy of it.
     let upstream_id = (status >= 400)
-        .then(|| response.headers.get("x-request-id"))
+        .then(|| response.headers.get(crate::request_id::HEADER))
         .flatten()
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
