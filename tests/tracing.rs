@@ -342,6 +342,10 @@ async fn an_untrusted_traceparent_is_linked_and_a_malformed_one_ignored() {
         .header("traceparent")
         .unwrap()
         .to_string();
+    assert_ne!(
+        sent, "00-not-a-trace-01",
+        "the upstream never gets the malformed header"
+    );
     // The second request's spans, found by the trace the upstream got rather than by
     // position: the exporter retries an export the collector was slow to answer (OTLP's
     // retry policy), so a batch of the first request's spans can arrive twice.

@@ -115,7 +115,7 @@ pub fn response_header(
     for name in &unwanted {
         fields.remove(name);
     }
-    if let http::header::Entry::Occupied(ids) = fields.entry("x-request-id") {
+    if let http::header::Entry::Occupied(ids) = fields.entry(crate::request_id::HEADER) {
         let (_, values) = ids.remove_entry_mult();
         let renamed: Vec<HeaderValue> = values.collect();
         for value in renamed {
