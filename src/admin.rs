@@ -3,10 +3,10 @@
 
 mod keys;
 
+use crate::client_session::Session as ServerSession;
 use crate::gateway::Gateway;
 use crate::http_app::{write_simple, App};
 use bytes::Bytes;
-use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use std::sync::Arc;
 

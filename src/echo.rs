@@ -29,11 +29,11 @@ mod rerank;
 mod response_store;
 mod responses;
 
+use crate::client_session::Session as ServerSession;
 use crate::http_app::{write_simple, App};
 use audio::Task;
 use bytes::BytesMut;
 use pingora::http::ResponseHeader;
-use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use reply::{Event, Reply};
 use response_store::{ResponseStore, STORED_RESPONSES};
@@ -168,7 +168,7 @@ impl Echo {
             .ok()?;
         header.insert_header("cache-control", "no-cache").ok()?;
         header.insert_header("transfer-encoding", "chunked").ok()?;
-        session.write_response_header(Box::new(header)).await.ok()?;
+        session.write_response_header(header).await.ok()?;
         let count = events.len();
         for (i, Event { bytes, paced }) in events.into_iter().enumerate() {
             if paced {

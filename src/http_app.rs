@@ -2,10 +2,9 @@
 //! how our listener (`server.rs`) calls them, writing a whole small response, and handing
 //! the connection back for the next request.
 
+use crate::client_session::Session as ServerSession;
 use bytes::Bytes;
-use pingora::apps::{HttpPersistentSettings, ReusedHttpStream};
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 use std::future::Future;
 
@@ -53,13 +52,6 @@ pub fn slim_request_header(session: &mut ServerSession) {
     *request = slim;
 }
 
-/// Ends a served request; the connection, if it may carry another one.
-pub async fn finish(session: ServerSession) -> Option<ReusedHttpStream> {
-    let settings = HttpPersistentSettings::for_session(&session);
-    let reusable = session.finish().await.ok().flatten()?;
-    Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
-}
-
 /// Writes a whole small response; `None` when the client is gone.
 pub async fn write_simple(
     session: &mut ServerSession,
@@ -72,6 +64,6 @@ pub async fn write_simple(
     header
         .insert_header("content-length", body.len().to_string())
         .ok()?;
-    session.write_response_header(Box::new(header)).await.ok()?;
+    session.write_response_header(header).await.ok()?;
     session.write_response_body(body, true).await.ok()
 }

@@ -37,6 +37,7 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key, Model};
+use crate::client_session::Session;
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
@@ -52,7 +53,6 @@ use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
-use pingora::protocols::http::ServerSession as Session;
 use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
@@ -88,7 +88,7 @@ impl App for Proxy {
         }
         if *shutdown.borrow() {
             // Draining: this is the connection's last request.
-            session.set_keepalive(None);
+            session.disable_keepalive();
         }
         let mut ctx = RequestContext::new();
         self.start(session, &mut ctx);
@@ -100,7 +100,6 @@ impl App for Proxy {
             Err(e) => {
                 self.fail(session, &e, &mut ctx).await;
                 self.logging(session, Some(&e), &mut ctx);
-                session.on_proxy_failure(e);
                 false
             }
         }
@@ -134,7 +133,7 @@ impl Proxy {
     /// As soon as the head is read: the head deadline ends, and the one catalog snapshot
     /// this request will use sets the client connection's timeouts.
     fn start(&self, session: &mut Session, ctx: &mut RequestContext) {
-        if let Some(connection) = session.stream().and_then(BufferedStream::client_connection) {
+        if let Some(connection) = BufferedStream::client_connection(session.stream()) {
             connection.request_started();
         }
         let catalog = self.gateway.catalog();
@@ -184,7 +183,7 @@ impl Proxy {
                 e.etype(),
                 ErrorType::ConnectionClosed | ErrorType::WriteError | ErrorType::ReadError
             );
-        if session.response_written().is_none() && !client_gone {
+        if !session.response_started() && !client_gone {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
             let error = RequestError::Internal;
             let _ = answer(session, ctx, error_response(&error)).await;

@@ -4,11 +4,11 @@
 //! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
+use crate::client_session::Session as ServerSession;
 use crate::connection::{ClientConnection, ClientPolicy};
-use crate::http_app::{finish, App};
+use crate::http_app::App;
 use crate::transport::BufferedStream;
 use crate::workers::Workers;
-use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest};
 use pingora::server::ShutdownWatch;
@@ -76,9 +76,8 @@ pub(crate) async fn accept_loop<A>(
                 ));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
-                let idle_timeout = policy.idle_timeout;
                 tokio::spawn(async move {
-                    serve(app, stream, connection, idle_timeout, &shutdown).await;
+                    serve(app, stream, connection, &shutdown).await;
                     drop(place);
                 });
             }
@@ -92,33 +91,24 @@ pub(crate) async fn accept_loop<A>(
 }
 
 /// Serves one connection's requests, one after another, while it is kept alive. Pipelined
-/// requests are read ahead by pingora and answered in order.
+/// requests are kept in the session's buffer and answered in order.
 async fn serve<A>(
     app: Arc<A>,
     stream: pingora::protocols::Stream,
     connection: Arc<ClientConnection>,
-    idle_timeout: Duration,
     shutdown: &ShutdownWatch,
 ) where
     A: App,
 {
-    let mut session = ServerSession::new_http1(stream);
-    session.set_pipelining_enabled(true);
+    let mut session = ServerSession::new(stream);
     if *shutdown.borrow() {
-        session.set_keepalive(None);
-    } else {
-        session.set_keepalive(Some(idle_timeout.as_secs().max(1)));
+        session.disable_keepalive();
     }
     while app.serve(&mut session, shutdown).await {
-        let Some(reused) = finish(session).await else {
+        if !session.finish().await {
             return;
-        };
-        connection.request_finished();
-        let (stream, settings) = reused.consume();
-        session = ServerSession::new_http1(stream);
-        if let Some(settings) = settings {
-            settings.apply_to_session(&mut session);
         }
+        connection.request_finished();
     }
 }
 

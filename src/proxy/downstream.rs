@@ -3,6 +3,7 @@
 //! local or proxied.
 
 use super::context::{Failure, RequestContext};
+use crate::client_session::Session;
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
 use crate::limits::{rate_headers, token_headers};
@@ -14,7 +15,6 @@ use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
 use http::HeaderName;
 use pingora::http::ResponseHeader;
-use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,11 +57,11 @@ pub(super) async fn answer(
     let body_unread = !session.is_body_done();
     if body_unread {
         // An unread request body would be taken for the next request: close instead.
-        session.set_keepalive(None);
+        session.disable_keepalive();
     }
     ctx.status = response.status;
     ctx.exchange.bytes_out += response.body.len();
-    session.write_response_header(Box::new(header)).await?;
+    session.write_response_header(header).await?;
     session.write_response_body(response.body, true).await?;
     if body_unread {
         // Read and discard what the client is still sending, for a while, before the

@@ -4,6 +4,7 @@
 use super::context::RequestContext;
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
+use crate::client_session::Session;
 use crate::connection::RejectionAnswer;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
@@ -11,7 +12,6 @@ use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
 use bytes::Bytes;
-use pingora::protocols::http::ServerSession as Session;
 use pingora::Error;
 use std::sync::Arc;
 

@@ -6,13 +6,13 @@ use super::context::{Failure, RequestContext};
 use super::downstream::read_body;
 use super::{Destination, Proxy};
 use crate::catalog::{Catalog, Key, Model};
+use crate::client_session::Session;
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
 use crate::percent::percent_encode;
 use crate::response_id::StoredResponseId;
 use crate::route::StoredAction;
 use crate::upstream::{RequestBody, Stored};
-use pingora::protocols::http::ServerSession as Session;
 
 impl Proxy {
     /// Steps 4-7 for a stored response named by its ID (the Responses API): it goes to the

@@ -23,12 +23,12 @@ use super::verdict::{
     Reached,
 };
 use crate::catalog::Upstream;
+use crate::client_session::Session;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
-use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType};
 use std::pin::Pin;
@@ -275,7 +275,7 @@ pub(super) async fn exchange(
             )
             .ok();
     }
-    if let Err(e) = session.write_response_header(Box::new(to_client)).await {
+    if let Err(e) = session.write_response_header(to_client).await {
         return Outcome::ClientGone(e);
     }
     if measured.event_stream && rewritten.is_none() {

@@ -18,32 +18,21 @@
 //! in as few writes as the transport under it allows (see `transport.rs`).
 
 use super::body::Body;
-use super::request::{ConnectionTokens, RequestHead};
+use super::request::RequestHead;
 use super::response::{framing, Framing};
-use bytes::{Buf, Bytes, BytesMut};
+use crate::connection_tokens::ConnectionTokens;
+use crate::message_reader::{Chunk, MessageReader, Reading};
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use pingora::protocols::Shutdown;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType, OrErr, Result};
-use std::cell::RefCell;
-use std::pin::Pin;
-use std::task::{ready, Poll};
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 
 /// Largest response head (status line and fields) read before it is refused.
 pub const MAX_HEAD_BYTES: usize = 128 << 10;
 /// Most fields a response head may have.
 const MAX_FIELDS: usize = 256;
-/// Most bytes one read takes from the connection.
-const READ_BYTES: usize = 16 << 10;
-/// Longest chunk-size line (extensions included) or trailer field.
-const MAX_CHUNK_LINE: usize = 4096;
-
-thread_local! {
-    /// Where every read on this thread lands before its bytes are kept: a connection
-    /// waiting for its upstream holds no buffer of its own.
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BYTES].into_boxed_slice());
-}
 
 /// A response head, interim ones skipped.
 #[derive(Debug)]
@@ -55,48 +44,9 @@ pub struct Head {
     pub framing: Framing,
 }
 
-/// Where the reading of a response is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reading {
-    /// No final head yet.
-    Head,
-    /// Bytes of body left.
-    Length(u64),
-    Chunked(Chunk),
-    /// The body ends when the connection does.
-    UntilClose,
-    /// The body was read whole.
-    Done,
-}
-
-/// Where the reading of a chunked body is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// A chunk-size line is next.
-    Size,
-    /// Bytes of chunk data left.
-    Data(u64),
-    /// The line end after a chunk's data.
-    DataEnd,
-    /// The trailer section after the last chunk (ended by an empty line).
-    Trailer,
-}
-
-/// What one step through a chunked body gave.
-enum Step {
-    Data(Bytes),
-    /// Framing was read (a size line, a line end, a trailer field): step again.
-    Framing,
-    /// The buffer ends inside the framing: read more.
-    More,
-}
-
 /// One upstream connection speaking HTTP/1.1.
 pub struct Http1 {
-    stream: Stream,
-    /// Bytes read and not yet handed out.
-    buf: BytesMut,
-    reading: Reading,
+    reader: MessageReader,
     /// The request was a `HEAD`: its answer has no body whatever its fields say.
     head_request: bool,
     /// The connection may carry another request once the answer is read whole.
@@ -106,9 +56,7 @@ pub struct Http1 {
 impl Http1 {
     pub fn new(stream: Stream) -> Self {
         Http1 {
-            stream,
-            buf: BytesMut::new(),
-            reading: Reading::Head,
+            reader: MessageReader::new(stream),
             head_request: false,
             keepalive: false,
         }
@@ -117,12 +65,13 @@ impl Http1 {
     /// Writes the request header and body and flushes them.
     pub async fn send(&mut self, head: &RequestHead, body: &Body) -> Result<()> {
         self.head_request = head.is_head();
-        self.stream
+        let stream = &mut self.reader.stream;
+        stream
             .write_all(head.wire())
             .await
             .or_err(ErrorType::WriteError, "writing the request header")?;
-        body.write(&mut self.stream).await?;
-        self.stream
+        body.write(stream).await?;
+        stream
             .flush()
             .await
             .or_err(ErrorType::WriteError, "writing the request")
@@ -141,13 +90,13 @@ impl Http1 {
                 self.begin_body(&head);
                 return Ok(head);
             }
-            if self.buf.len() > MAX_HEAD_BYTES {
+            if self.reader.buffered().len() > MAX_HEAD_BYTES {
                 return Error::e_explain(
                     ErrorType::InvalidHTTPHeader,
                     "a response head over its size limit",
                 );
             }
-            if self.fill().await? == 0 {
+            if self.reader.fill().await? == 0 {
                 return Error::e_explain(
                     ErrorType::ConnectionClosed,
                     "the upstream closed before its response head",
@@ -159,43 +108,18 @@ impl Http1 {
     /// The next bytes of the response body, `None` once it was read whole. A connection
     /// that closes before the body's end is an error (except for a body that ends so).
     pub async fn read_body(&mut self) -> Result<Option<Bytes>> {
-        loop {
-            match self.reading {
-                Reading::Head | Reading::Done => return Ok(None),
-                Reading::Length(0) => {
-                    self.reading = Reading::Done;
-                    return Ok(None);
-                }
-                Reading::Length(left) => {
-                    if self.buf.is_empty() {
-                        self.fill_or_cut().await?;
-                    }
-                    let taken = self.take(left.min(self.buf.len() as u64) as usize);
-                    self.reading = Reading::Length(left - taken.len() as u64);
-                    return Ok(Some(taken));
-                }
-                Reading::UntilClose => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        self.reading = Reading::Done;
-                        return Ok(None);
-                    }
-                    return Ok(Some(self.take(self.buf.len())));
-                }
-                Reading::Chunked(chunk) => match self.step_chunked(chunk)? {
-                    Step::Data(data) => return Ok(Some(data)),
-                    Step::Framing => {}
-                    Step::More => self.fill_or_cut().await?,
-                },
-            }
-        }
+        self.reader.read_body().await
     }
 
     /// The connection, if it may carry another request: the answer was read whole, nothing
     /// came after it, and neither side asked to close. Otherwise the connection itself,
     /// to be shut.
     pub fn reuse(self) -> std::result::Result<Stream, Http1> {
-        if self.keepalive && self.reading == Reading::Done && self.buf.is_empty() {
-            Ok(self.stream)
+        if self.keepalive
+            && self.reader.reading == Reading::Done
+            && self.reader.buffered().is_empty()
+        {
+            Ok(self.reader.stream)
         } else {
             Err(self)
         }
@@ -203,13 +127,13 @@ impl Http1 {
 
     /// Closes the connection (a TLS one with its close notification).
     pub async fn shutdown(&mut self) {
-        Shutdown::shutdown(&mut *self.stream).await;
+        Shutdown::shutdown(&mut *self.reader.stream).await;
     }
 
     /// A whole head at the front of the buffer, taken out of it; `None` when more bytes are
     /// needed.
     fn parse_head(&mut self) -> Result<Option<Head>> {
-        if self.buf.is_empty() {
+        if self.reader.buffered().is_empty() {
             return Ok(None);
         }
         // Left uninitialized until parsed: 256 empty fields are 8 KiB to fill on every
@@ -218,8 +142,11 @@ impl Http1 {
         let mut response = httparse::Response::new(&mut []);
         let mut config = httparse::ParserConfig::default();
         config.allow_spaces_after_header_name_in_responses(true);
-        let parsed =
-            config.parse_response_with_uninit_headers(&mut response, &self.buf, &mut fields);
+        let parsed = config.parse_response_with_uninit_headers(
+            &mut response,
+            self.reader.buffered(),
+            &mut fields,
+        );
         let length = match parsed {
             Ok(httparse::Status::Complete(length)) => length,
             Ok(httparse::Status::Partial) => return Ok(None),
@@ -261,7 +188,7 @@ impl Http1 {
                 "a response body framed ambiguously",
             )
         })?;
-        self.consume(length);
+        self.reader.consume(length);
         Ok(Some(Head {
             status,
             version,
@@ -273,7 +200,7 @@ impl Http1 {
     /// Sets how the body of a final head is read, and whether the connection outlives it.
     fn begin_body(&mut self, head: &Head) {
         let bodiless = self.head_request || matches!(head.status.as_u16(), 204 | 304);
-        self.reading = match head.framing {
+        self.reader.reading = match head.framing {
             _ if bodiless => Reading::Length(0),
             Framing::Length(length) => Reading::Length(length),
             Framing::Chunked => Reading::Chunked(Chunk::Size),
@@ -286,140 +213,8 @@ impl Http1 {
             // HTTP/1.0 keeps a connection only when asked, and never after chunked framing.
             Version::HTTP_10 => said("keep-alive") && head.framing != Framing::Chunked,
             _ => true,
-        } && self.reading != Reading::UntilClose;
+        } && self.reader.reading != Reading::UntilClose;
     }
-
-    /// One step through a chunked body's framing and data, on what is buffered.
-    fn step_chunked(&mut self, chunk: Chunk) -> Result<Step> {
-        let next = match chunk {
-            Chunk::Size => {
-                let Some(line) = self.line()? else {
-                    return Ok(Step::More);
-                };
-                match chunk_size(&line)? {
-                    0 => Chunk::Trailer,
-                    size => Chunk::Data(size),
-                }
-            }
-            Chunk::Data(left) => {
-                if self.buf.is_empty() {
-                    return Ok(Step::More);
-                }
-                let data = self.take(left.min(self.buf.len() as u64) as usize);
-                let left = left - data.len() as u64;
-                self.reading = Reading::Chunked(match left {
-                    0 => Chunk::DataEnd,
-                    left => Chunk::Data(left),
-                });
-                return Ok(Step::Data(data));
-            }
-            Chunk::DataEnd => match self.line()? {
-                None => return Ok(Step::More),
-                Some(line) if line.is_empty() => Chunk::Size,
-                Some(_) => {
-                    return Error::e_explain(ErrorType::H1Error, "chunk data longer than its size")
-                }
-            },
-            Chunk::Trailer => match self.line()? {
-                None => return Ok(Step::More),
-                Some(line) if line.is_empty() => {
-                    self.reading = Reading::Done;
-                    return Ok(Step::Framing);
-                }
-                // A trailer field: not passed on.
-                Some(_) => Chunk::Trailer,
-            },
-        };
-        self.reading = Reading::Chunked(next);
-        Ok(Step::Framing)
-    }
-
-    /// The next line of chunk framing taken out of the buffer, without its line end
-    /// (CRLF or a bare LF); `None` until it is whole.
-    fn line(&mut self) -> Result<Option<Bytes>> {
-        let end = memchr::memchr(b'\n', &self.buf);
-        // Bounded whether the line is whole or not yet.
-        if end.unwrap_or(self.buf.len()) > MAX_CHUNK_LINE {
-            return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
-        }
-        let Some(end) = end else {
-            return Ok(None);
-        };
-        let mut line = self.take(end + 1);
-        line.truncate(end);
-        if line.last() == Some(&b'\r') {
-            line.truncate(end - 1);
-        }
-        Ok(Some(line))
-    }
-
-    /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a
-    /// waiting connection keeps no allocation shared with bytes handed out.
-    fn take(&mut self, count: usize) -> Bytes {
-        if count >= self.buf.len() {
-            std::mem::take(&mut self.buf).freeze()
-        } else {
-            self.buf.split_to(count).freeze()
-        }
-    }
-
-    /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
-    /// buffer's start instead of splitting it, which would make the buffer shared (one
-    /// more allocation) for bytes nobody keeps.
-    fn consume(&mut self, count: usize) {
-        if count >= self.buf.len() {
-            self.buf = BytesMut::new();
-        } else {
-            self.buf.advance(count);
-        }
-    }
-
-    /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
-    async fn fill(&mut self) -> Result<usize> {
-        let stream = &mut self.stream;
-        let buf = &mut self.buf;
-        std::future::poll_fn(|cx| {
-            SCRATCH.with(|scratch| {
-                let mut borrowed = scratch.try_borrow_mut();
-                let mut own;
-                let space: &mut [u8] = match &mut borrowed {
-                    Ok(scratch) => scratch,
-                    Err(_) => {
-                        own = vec![0; READ_BYTES];
-                        &mut own
-                    }
-                };
-                let mut read = ReadBuf::new(space);
-                ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
-                    .or_err(ErrorType::ReadError, "reading from the upstream")?;
-                buf.extend_from_slice(read.filled());
-                Poll::Ready(Ok(read.filled().len()))
-            })
-        })
-        .await
-    }
-
-    /// Reads more bytes; the connection ending here cuts the body short.
-    async fn fill_or_cut(&mut self) -> Result<()> {
-        match self.fill().await? {
-            0 => Error::e_explain(
-                ErrorType::ConnectionClosed,
-                "the upstream closed inside the response body",
-            ),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A chunk-size line's size: hexadecimal digits, then nothing or extensions (after `;`).
-fn chunk_size(line: &[u8]) -> Result<u64> {
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 15 || !(rest.is_empty() || rest.starts_with(b";")) {
-        return Error::e_explain(ErrorType::H1Error, "an unreadable chunk size");
-    }
-    let digits = std::str::from_utf8(&line[..digits]).unwrap_or_default();
-    u64::from_str_radix(digits, 16).or_err(ErrorType::H1Error, "an unreadable chunk size")
 }
 
 #[cfg(test)]

@@ -9,12 +9,12 @@ use super::exchange::{bounded, Call, Exchange};
 use super::http1::Http1;
 use super::verdict::{AfterCut, Outcome, Reached};
 use crate::catalog::Upstream;
+use crate::client_session::Session;
 use crate::error::RequestError;
 use crate::respond::stream_error_event;
 use crate::response_id::IdRewrite;
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora::protocols::http::ServerSession as Session;
 use pingora::{Error, ErrorType};
 use std::time::Instant;
 
@@ -310,7 +310,7 @@ async fn end_cut_stream(
         event
     };
     measured.bytes_out += event.len();
-    session.set_keepalive(None);
+    session.disable_keepalive();
     let written = session.write_response_body(event, false).await;
     let ended = session.write_response_body(bytes::Bytes::new(), true).await;
     let then = if written.is_err() || ended.is_err() {

@@ -5,6 +5,7 @@
 //! is `response.rs`.
 
 use crate::catalog::Upstream;
+use crate::connection_tokens::ConnectionTokens;
 use http::{header, HeaderName, Method};
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, Result};
@@ -321,45 +322,6 @@ fn authorize(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
     })
 }
 
-/// The tokens of a message's `Connection` fields, read where they stand: most messages
-/// name one or none, and a copy of each (as `String`s) cost an allocation per message.
-pub(super) struct ConnectionTokens<'a> {
-    values: http::header::GetAll<'a, http::HeaderValue>,
-    /// A token other than `close` and `keep-alive` (the usual ones) is there: only then
-    /// can a field name be one of them, checked for every field.
-    names_fields: bool,
-}
-
-impl<'a> ConnectionTokens<'a> {
-    pub(super) fn of(headers: &'a http::HeaderMap) -> Self {
-        let values = headers.get_all(header::CONNECTION);
-        let names_fields = tokens(&values)
-            .any(|t| !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive"));
-        ConnectionTokens {
-            values,
-            names_fields,
-        }
-    }
-
-    /// `token` (lowercase) is among them, in any case.
-    pub(super) fn contains(&self, token: &str) -> bool {
-        let usual = matches!(token, "close" | "keep-alive");
-        (usual || self.names_fields)
-            && tokens(&self.values).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
-    }
-}
-
-/// The comma-separated tokens of `Connection` values, trimmed, empty ones left out.
-fn tokens<'a>(
-    values: &http::header::GetAll<'a, http::HeaderValue>,
-) -> impl Iterator<Item = &'a [u8]> {
-    values
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|t| !t.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,22 +333,6 @@ mod tests {
             crate::upstream::test_upstream(1, Duration::from_secs(1), Duration::from_secs(1));
         upstream.credential = credential.map(|c| Secret::new(c.into()));
         upstream
-    }
-
-    #[test]
-    fn connection_tokens_are_found_in_any_case_and_the_usual_ones_cost_nothing() {
-        let mut headers = http::HeaderMap::new();
-        let none = ConnectionTokens::of(&headers);
-        assert!(!none.contains("close") && !none.contains("x-drop-me"));
-        headers.append(header::CONNECTION, "Keep-Alive".parse().unwrap());
-        let usual = ConnectionTokens::of(&headers);
-        assert!(usual.contains("keep-alive") && !usual.names_fields);
-        assert!(!usual.contains("close") && !usual.contains("x-drop-me"));
-        headers.append(header::CONNECTION, " close ,, X-Drop-Me ".parse().unwrap());
-        let named = ConnectionTokens::of(&headers);
-        assert!(named.names_fields);
-        assert!(named.contains("x-drop-me") && named.contains("close"));
-        assert!(!named.contains("x-drop") && !named.contains(""));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! whether it is an event stream, and what an upstream's 429 asks us to wait.
 
 use super::http1::Head;
-use super::request::ConnectionTokens;
+use crate::connection_tokens::ConnectionTokens;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
@@ -63,22 +63,8 @@ pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
             Err(InvalidResponse::Framing)
         };
     }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        let text = value.to_str().map_err(|_| InvalidResponse::Framing)?;
-        for part in text.split(',') {
-            let part = part.trim();
-            let valid = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-            let n: u64 = valid
-                .then(|| part.parse().ok())
-                .flatten()
-                .ok_or(InvalidResponse::Framing)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(InvalidResponse::Framing);
-            }
-            length = Some(n);
-        }
-    }
+    let length =
+        crate::message_reader::content_length(headers).map_err(|_| InvalidResponse::Framing)?;
     Ok(length.map_or(Framing::Close, Framing::Length))
 }
 

@@ -1,0 +1,464 @@
+//! A client connection's HTTP/1.1 session: its requests read one after another (pipelined
+//! ones kept in order), each answered with a head and a body, the connection kept for the
+//! next request while both sides allow it.
+//!
+//! Ours rather than pingora's server session, for what a request cost there: pingora
+//! filled 256 empty field slots (8 KiB) per parse, built two header maps (values and the
+//! names as sent), reparsed `Content-Length` for every answer, inserted `Date` and
+//! `Connection` through its generic field map, and made a new session, its digests and
+//! the reuse settings for every request on a connection: about 20k instructions a
+//! request, of which this keeps less than half (benches/README.md, tenth session). It
+//! keeps pingora's types at its edges (`RequestHeader`, `ResponseHeader`, `Error`) and
+//! its rules:
+//!
+//! - a head is at most [`MAX_HEAD_BYTES`] and [`MAX_FIELDS`] fields; one that cannot be
+//!   parsed, or whose framing is ambiguous, is an `InvalidHTTPHeader` error (answered 400
+//!   by the proxy): differing `Content-Length` values, a `Transfer-Encoding` whose final
+//!   coding is not `chunked`, any `Transfer-Encoding` on HTTP/1.0, and what pingora's
+//!   authority check refuses (two `Host` fields, userinfo, a `Host` that differs from an
+//!   absolute target). With both `Transfer-Encoding` and `Content-Length`, the body is
+//!   read chunked, `Content-Length` dropped and the connection closed after the answer;
+//! - the connection is kept unless the client asks otherwise (`Connection: close`, or
+//!   HTTP/1.0 without `keep-alive`), the gateway does ([`Session::disable_keepalive`]),
+//!   the answer is delimited by the close, or a request body was left unread when the
+//!   answer started;
+//! - every answer carries `Date` and `Connection`; a body is written by the answer's own
+//!   framing (`Content-Length`, chunked, or until the close), none for `HEAD`, 204, 304.
+
+mod framing;
+
+use crate::message_reader::{MessageReader, Reading};
+use bytes::{BufMut, Bytes, BytesMut};
+use framing::{request_framing, Writing};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Version};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::date::get_cached_date;
+use pingora::protocols::l4::socket::SocketAddr;
+use pingora::protocols::{Shutdown, SocketDigest, Stream};
+use pingora::{Error, ErrorType, OrErr, Result};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Largest request head (request line and fields), as pingora allowed.
+pub const MAX_HEAD_BYTES: usize = (1 << 20) - 1;
+/// Most fields a request head may have, as pingora allowed.
+pub const MAX_FIELDS: usize = 256;
+
+/// One client connection, between requests or inside one.
+pub struct Session {
+    reader: MessageReader,
+    /// The connection's addresses, looked up once.
+    socket: Option<Arc<SocketDigest>>,
+    /// The request being served (before the first one, an empty `GET /`).
+    request: RequestHeader,
+    /// The connection may carry another request after this one.
+    keepalive: bool,
+    /// The gateway will not take another request on this connection.
+    closing: bool,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    /// The final answer's head went out.
+    responded: bool,
+    /// How the answer's body is written.
+    writing: Writing,
+    /// The client closed its side while the answer was pending.
+    half_closed: bool,
+    /// Bytes of the next request arrived while this one was waiting (kept in the buffer).
+    next_request_read: bool,
+}
+
+impl Session {
+    /// A session on an accepted connection. How long it waits for a request (its first
+    /// byte, then the whole head) is bounded by the client transport (`connection.rs`),
+    /// whose reads end at the deadline as if the client had closed.
+    pub fn new(stream: Stream) -> Self {
+        Session {
+            socket: stream.get_socket_digest(),
+            reader: MessageReader::new(stream),
+            request: RequestHeader::from(http::Request::new(()).into_parts().0),
+            keepalive: false,
+            closing: false,
+            read_timeout: None,
+            write_timeout: None,
+            responded: false,
+            writing: Writing::Done,
+            half_closed: false,
+            next_request_read: false,
+        }
+    }
+
+    /// Reads the next request's head: `Ok(false)` when the client closed the connection
+    /// (or the transport's deadline passed) before the head began.
+    pub async fn read_request(&mut self) -> Result<bool> {
+        self.responded = false;
+        self.writing = Writing::Done;
+        self.half_closed = false;
+        self.next_request_read = false;
+        self.reader.reading = Reading::Head;
+        loop {
+            if !self.reader.buffered().is_empty() && self.parse_head()? {
+                return Ok(true);
+            }
+            if self.reader.buffered().len() > MAX_HEAD_BYTES {
+                return Error::e_explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "a request head over its size limit",
+                );
+            }
+            let began = !self.reader.buffered().is_empty();
+            match self.reader.fill().await {
+                Ok(0) | Err(_) if !began => return Ok(false),
+                Ok(0) => {
+                    return Error::e_explain(
+                        ErrorType::ConnectionClosed,
+                        "the client closed inside a request head",
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Parses a whole head at the front of the buffer into the request, and takes it out;
+    /// `false` when more bytes are needed.
+    fn parse_head(&mut self) -> Result<bool> {
+        // Left uninitialized until parsed (an 8 KiB fill otherwise).
+        let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
+        let mut parsed = httparse::Request::new(&mut []);
+        let buffered = self.reader.buffered();
+        let length = match parsed.parse_with_uninit_headers(buffered, &mut fields) {
+            Ok(httparse::Status::Complete(length)) => length,
+            Ok(httparse::Status::Partial) => return Ok(false),
+            Err(e) => {
+                return Err(Error::because(
+                    ErrorType::InvalidHTTPHeader,
+                    "an unreadable request head",
+                    e,
+                ))
+            }
+        };
+        // Where each piece lies in the head, so the fields can share its bytes once it is
+        // taken out of the buffer.
+        let base = buffered.as_ptr() as usize;
+        let at = |piece: &[u8]| (piece.as_ptr() as usize - base, piece.len());
+        let method = Method::from_bytes(parsed.method.unwrap_or_default().as_bytes())
+            .or_err(ErrorType::InvalidHTTPHeader, "an unreadable request method")?;
+        let target = at(parsed.path.unwrap_or_default().as_bytes());
+        let version = match parsed.version {
+            Some(0) => Version::HTTP_10,
+            _ => Version::HTTP_11,
+        };
+        let spans: Vec<((usize, usize), (usize, usize))> = parsed
+            .headers
+            .iter()
+            .map(|field| (at(field.name.as_bytes()), at(field.value)))
+            .collect();
+        let head = self.reader.take(length);
+        let piece = |(start, len): (usize, usize)| head.slice(start..start + len);
+
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for (name, value) in spans {
+            let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+                .or_err(ErrorType::InvalidHTTPHeader, "a request field name")?;
+            let value = HeaderValue::from_maybe_shared(piece(value))
+                .or_err(ErrorType::InvalidHTTPHeader, "a request field value")?;
+            headers.append(name, value);
+        }
+        let target = piece(target);
+        // An origin-form target (`/path?query`) is the request's `Uri` as it is; any other
+        // form, or one `http::Uri` refuses, is read by pingora, which keeps it as sent.
+        let uri = match target.first() {
+            Some(b'/') => http::Uri::from_maybe_shared(target.clone()).ok(),
+            _ => None,
+        };
+        let mut request = match uri {
+            Some(uri) => {
+                let (mut parts, ()) = http::Request::new(()).into_parts();
+                parts.method = method;
+                parts.uri = uri;
+                parts.version = version;
+                parts.headers = headers;
+                RequestHeader::from(parts)
+            }
+            None => {
+                let mut request =
+                    RequestHeader::build_no_case(method, &target, Some(headers.len()))?;
+                request.set_version(version);
+                for (name, value) in headers.iter() {
+                    request.append_header(name.clone(), value.clone())?;
+                }
+                request
+            }
+        };
+        pingora::protocols::http::authority::validate_request_authority(&request)?;
+        let framing = request_framing(&request)?;
+        if framing.drop_content_length {
+            request.remove_header(&header::CONTENT_LENGTH);
+        }
+        self.keepalive = !self.closing && !framing.drop_content_length && wants_keepalive(&request);
+        self.reader.reading = framing.reading;
+        self.request = request;
+        Ok(true)
+    }
+
+    /// The request being served.
+    pub fn req_header(&self) -> &RequestHeader {
+        &self.request
+    }
+
+    pub fn req_header_mut(&mut self) -> &mut RequestHeader {
+        &mut self.request
+    }
+
+    /// The client's address.
+    pub fn client_addr(&self) -> Option<&SocketAddr> {
+        self.socket.as_ref().and_then(|socket| socket.peer_addr())
+    }
+
+    /// The connection's stream.
+    pub fn stream(&self) -> &Stream {
+        &self.reader.stream
+    }
+
+    /// Bounds each read of a request body.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
+        self.read_timeout = timeout;
+    }
+
+    /// Bounds each write of an answer.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) {
+        self.write_timeout = timeout;
+    }
+
+    /// The connection ends after the current request.
+    pub fn disable_keepalive(&mut self) {
+        self.keepalive = false;
+        self.closing = true;
+    }
+
+    /// Whether the request body was read whole (or there is none).
+    pub fn is_body_done(&self) -> bool {
+        self.reader.body_done()
+    }
+
+    /// Whether the answer's head went out.
+    pub fn response_started(&self) -> bool {
+        self.responded
+    }
+
+    /// The next bytes of the request body, `None` at its end.
+    pub async fn read_request_body(&mut self) -> Result<Option<Bytes>> {
+        let read = self.reader.read_body();
+        match bounded(self.read_timeout, read).await {
+            Some(read) => read,
+            None => Error::e_explain(ErrorType::ReadTimedout, "reading the request body"),
+        }
+    }
+
+    /// Reads and drops the rest of the request body.
+    pub async fn drain_request_body(&mut self) -> Result<()> {
+        while self.read_request_body().await?.is_some() {}
+        Ok(())
+    }
+
+    /// While an answer is pending: the request body's next bytes if it is not read whole
+    /// (and `no_body_expected` is false); else waits, and fails as soon as the client
+    /// closes its side. Bytes of a pipelined next request are kept for it, and the wait
+    /// then lasts until the caller stops polling.
+    pub async fn read_body_or_idle(&mut self, no_body_expected: bool) -> Result<Option<Bytes>> {
+        if !no_body_expected && !self.is_body_done() {
+            return self.read_request_body().await;
+        }
+        if self.half_closed {
+            return Error::e_explain(ErrorType::ConnectionClosed, "the client closed its side");
+        }
+        if self.next_request_read {
+            return std::future::pending().await;
+        }
+        if self.reader.fill().await? == 0 {
+            self.half_closed = true;
+            self.keepalive = false;
+            return Error::e_explain(ErrorType::ConnectionClosed, "the client closed its side");
+        }
+        self.next_request_read = true;
+        std::future::pending().await
+    }
+
+    /// Writes `100 Continue`, unless an answer started.
+    pub async fn write_continue_response(&mut self) -> Result<()> {
+        if self.responded {
+            return Ok(());
+        }
+        let timeout = self.write_timeout;
+        let stream = &mut self.reader.stream;
+        write_bounded(timeout, async {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            stream.flush().await
+        })
+        .await
+    }
+
+    /// Writes the answer's head, with `Date` and `Connection` set by the session. A second
+    /// head is ignored.
+    pub async fn write_response_header(&mut self, mut header: ResponseHeader) -> Result<()> {
+        if self.responded {
+            return Ok(());
+        }
+        if !self.is_body_done() {
+            // The unread rest would be taken for the next request.
+            self.keepalive = false;
+        }
+        let bodiless =
+            self.request.method == Method::HEAD || matches!(header.status.as_u16(), 204 | 304);
+        self.writing = Writing::of(&header.headers, bodiless);
+        if self.writing == Writing::UntilClose {
+            self.keepalive = false;
+        }
+        for name in [header::DATE, header::CONNECTION] {
+            if header.headers.contains_key(&name) {
+                header.remove_header(&name);
+            }
+        }
+        let mut wire = BytesMut::with_capacity(512);
+        wire.put_slice(match header.version {
+            Version::HTTP_10 => b"HTTP/1.0 ",
+            _ => b"HTTP/1.1 ",
+        });
+        wire.put_slice(header.status.as_str().as_bytes());
+        wire.put_u8(b' ');
+        wire.put_slice(header.get_reason_phrase().unwrap_or_default().as_bytes());
+        wire.put_slice(b"\r\n");
+        header.header_to_h1_wire(&mut wire);
+        wire.put_slice(b"Date: ");
+        wire.put_slice(get_cached_date().as_bytes());
+        wire.put_slice(if self.keepalive {
+            b"\r\nConnection: keep-alive\r\n\r\n"
+        } else {
+            b"\r\nConnection: close\r\n\r\n"
+        });
+        self.responded = true;
+        // An answer with a length waits for its body to leave with it; one that streams
+        // goes out now.
+        let flush = !matches!(self.writing, Writing::Length(left) if left > 0);
+        let timeout = self.write_timeout;
+        let stream = &mut self.reader.stream;
+        write_bounded(timeout, async {
+            stream.write_all(&wire).await?;
+            if flush {
+                stream.flush().await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Writes body bytes by the answer's framing; `end` ends the body (a chunked one with
+    /// its last chunk) and flushes.
+    pub async fn write_response_body(&mut self, data: Bytes, end: bool) -> Result<()> {
+        if data.is_empty() && !end {
+            return Ok(());
+        }
+        let timeout = self.write_timeout;
+        let writing = &mut self.writing;
+        let stream = &mut self.reader.stream;
+        let premature = write_bounded(timeout, async {
+            if !data.is_empty() {
+                writing.write(stream, &data).await?;
+            }
+            if !end {
+                return Ok(false);
+            }
+            let premature = writing.finish(stream).await?;
+            stream.flush().await?;
+            Ok(premature)
+        })
+        .await?;
+        if premature {
+            self.keepalive = false;
+            return Error::e_explain(
+                ErrorType::Custom("PrematureBodyEnd"),
+                "the answer ended before its Content-Length",
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes an empty answer with `status` (the client transport turns it into the
+    /// gateway's JSON error, `connection.rs`) and ends the connection after it.
+    pub async fn respond_error(&mut self, status: u16) -> Result<()> {
+        self.disable_keepalive();
+        if self.responded {
+            return Ok(());
+        }
+        let mut header = ResponseHeader::build_no_case(status, Some(2))?;
+        header.insert_header(header::CONTENT_LENGTH, 0)?;
+        header.insert_header(header::CACHE_CONTROL, "private, no-store")?;
+        self.write_response_header(header).await?;
+        self.write_response_body(Bytes::new(), true).await
+    }
+
+    /// Ends a served request: the answer's body finished and flushed, then whether the
+    /// connection may carry another (the rest of an unread request body drained first).
+    /// A connection that may not is closed.
+    pub async fn finish(&mut self) -> bool {
+        let finished = self.writing == Writing::Done
+            || self.write_response_body(Bytes::new(), true).await.is_ok();
+        if finished
+            && self.keepalive
+            && !self.half_closed
+            && self.drain_request_body().await.is_ok()
+        {
+            return true;
+        }
+        self.shutdown().await;
+        false
+    }
+
+    /// Closes the connection (a TLS one with its close notification).
+    pub async fn shutdown(&mut self) {
+        Shutdown::shutdown(&mut *self.reader.stream).await;
+    }
+}
+
+/// Whether the client lets the connection carry another request: HTTP/1.1 unless it says
+/// `close`, HTTP/1.0 only when it says `keep-alive`.
+fn wants_keepalive(request: &RequestHeader) -> bool {
+    let tokens = crate::connection_tokens::ConnectionTokens::of(&request.headers);
+    match request.version {
+        _ if tokens.contains("close") => false,
+        Version::HTTP_10 => tokens.contains("keep-alive"),
+        _ => true,
+    }
+}
+
+/// `write` within `timeout`, its failure a write error.
+async fn write_bounded<T>(
+    timeout: Option<Duration>,
+    write: impl Future<Output = std::io::Result<T>>,
+) -> Result<T> {
+    match bounded(timeout, write).await {
+        Some(written) => written.or_err(ErrorType::WriteError, "writing to the client"),
+        None => Error::e_explain(ErrorType::WriteTimedout, "writing to the client"),
+    }
+}
+
+/// What `io` gives within `timeout`; `None` past it. Most reads and writes finish at their
+/// first poll (a write lands in the transport's buffer, a body is often read with its
+/// head): the timer is only armed for one that has to wait (arming and cancelling it cost
+/// ~0.3k instructions each time, benches/README.md, tenth session).
+async fn bounded<F: Future>(timeout: Option<Duration>, io: F) -> Option<F::Output> {
+    let mut io = std::pin::pin!(io);
+    let first = std::future::poll_fn(|cx| Poll::Ready(io.as_mut().poll(cx))).await;
+    match (first, timeout) {
+        (Poll::Ready(done), _) => Some(done),
+        (Poll::Pending, Some(limit)) => tokio::time::timeout(limit, io).await.ok(),
+        (Poll::Pending, None) => Some(io.await),
+    }
+}
+
+#[cfg(test)]
+mod tests;

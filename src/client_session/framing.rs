@@ -1,0 +1,139 @@
+//! How a request's body is framed (read by `message_reader.rs`), and how an answer's body
+//! is written.
+
+use crate::message_reader::{content_length, Chunk, Reading};
+use http::{header, HeaderMap, Version};
+use pingora::http::RequestHeader;
+use pingora::protocols::Stream;
+use pingora::{Error, ErrorType, Result};
+use tokio::io::AsyncWriteExt;
+
+/// A request body's framing, as read from its head.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RequestFraming {
+    pub reading: Reading,
+    /// Both `Transfer-Encoding` and `Content-Length` came: the body is chunked, the length
+    /// is dropped, and the connection is not kept (RFC 9112 §6.1).
+    pub drop_content_length: bool,
+}
+
+/// The framing of `request`'s body; an ambiguous one is an `InvalidHTTPHeader` error.
+pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
+    let headers = &request.headers;
+    if let Some(last) = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        if request.version == Version::HTTP_10 {
+            return Error::e_explain(
+                ErrorType::InvalidHTTPHeader,
+                "Transfer-Encoding on an HTTP/1.0 request",
+            );
+        }
+        let value = last.as_bytes();
+        let final_coding = value
+            .iter()
+            .rposition(|&b| b == b',')
+            .map_or(value, |comma| &value[comma + 1..]);
+        if !final_coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            return Error::e_explain(
+                ErrorType::InvalidHTTPHeader,
+                "a final Transfer-Encoding other than chunked",
+            );
+        }
+        return Ok(RequestFraming {
+            reading: Reading::Chunked(Chunk::Size),
+            drop_content_length: headers.contains_key(header::CONTENT_LENGTH),
+        });
+    }
+    let length = content_length(headers)
+        .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "an ambiguous Content-Length"))?;
+    Ok(RequestFraming {
+        reading: Reading::Length(length.unwrap_or(0)),
+        drop_content_length: false,
+    })
+}
+
+/// How an answer's body is written, and how much of it is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writing {
+    /// Bytes left of a `Content-Length`; what comes past it is dropped.
+    Length(u64),
+    Chunked,
+    /// Until the connection closes.
+    UntilClose,
+    /// Ended (or not begun).
+    Done,
+}
+
+impl Writing {
+    /// The framing an answer with `headers` has: none for a bodiless one, else chunked
+    /// when its `Transfer-Encoding` says so, its `Content-Length`, or the close.
+    pub fn of(headers: &HeaderMap, bodiless: bool) -> Self {
+        if bodiless {
+            return Writing::Length(0);
+        }
+        let chunked = headers
+            .get(header::TRANSFER_ENCODING)
+            .is_some_and(|coding| {
+                coding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"chunked")
+            });
+        if chunked {
+            return Writing::Chunked;
+        }
+        match content_length(headers) {
+            Ok(Some(length)) => Writing::Length(length),
+            _ => Writing::UntilClose,
+        }
+    }
+
+    /// Writes `data` by the framing; a chunk or a close-delimited piece is flushed (it may
+    /// be a stream's event).
+    pub async fn write(&mut self, stream: &mut Stream, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Writing::Length(left) => {
+                let take = data.len().min(*left as usize);
+                stream.write_all(&data[..take]).await?;
+                *left -= take as u64;
+            }
+            Writing::Chunked => {
+                stream.write_all(&chunk_size_line(data.len())).await?;
+                stream.write_all(data).await?;
+                stream.write_all(b"\r\n").await?;
+                stream.flush().await?;
+            }
+            Writing::UntilClose => {
+                stream.write_all(data).await?;
+                stream.flush().await?;
+            }
+            Writing::Done => {}
+        }
+        Ok(())
+    }
+
+    /// Ends the body (a chunked one with its last chunk); whether it ended short of its
+    /// `Content-Length`.
+    pub async fn finish(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
+        let short = match *self {
+            Writing::Chunked => {
+                stream.write_all(b"0\r\n\r\n").await?;
+                false
+            }
+            Writing::Length(left) => left > 0,
+            Writing::UntilClose | Writing::Done => false,
+        };
+        *self = Writing::Done;
+        Ok(short)
+    }
+}
+
+/// The size line of a chunk of `size` bytes: hexadecimal digits and CRLF.
+fn chunk_size_line(size: usize) -> Vec<u8> {
+    let mut line = format!("{size:X}").into_bytes();
+    line.extend_from_slice(b"\r\n");
+    line
+}

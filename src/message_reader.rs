@@ -1,0 +1,331 @@
+//! The reading side of an HTTP/1 connection, either end: the bytes read and not yet used,
+//! and a message body handed out chunk by chunk by its framing. Heads are parsed by the
+//! owner (`client_session.rs` for requests, `upstream/http1.rs` for responses) from
+//! [`MessageReader::buffered`]; bodies are read here.
+//!
+//! A waiting connection holds no read buffer: a read goes through one scratch buffer per
+//! thread and keeps exactly the bytes it got (benches/README.md, the idle streams).
+//!
+//! Body framings: `Content-Length`, `Transfer-Encoding: chunked` (extensions and trailers
+//! read and dropped, each line at most [`MAX_CHUNK_LINE`] bytes), or the connection's end.
+//! Malformed chunk framing is an `H1Error`; a connection that ends inside a body framed by
+//! length or chunks is `ConnectionClosed`.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, HeaderMap};
+use pingora::protocols::Stream;
+use pingora::{Error, ErrorType, OrErr, Result};
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::{ready, Poll};
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// Most bytes one read takes from the connection.
+const READ_BYTES: usize = 16 << 10;
+/// Longest chunk-size line (extensions included) or trailer field.
+pub const MAX_CHUNK_LINE: usize = 4096;
+
+thread_local! {
+    /// Where every read on this thread lands before its bytes are kept: a connection
+    /// waiting for its peer holds no buffer of its own.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BYTES].into_boxed_slice());
+}
+
+/// Where the reading of a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// No head yet (or its body not begun).
+    Head,
+    /// Bytes of body left.
+    Length(u64),
+    Chunked(Chunk),
+    /// The body ends when the connection does.
+    UntilClose,
+    /// The body was read whole.
+    Done,
+}
+
+/// Where the reading of a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// Bytes of chunk data left.
+    Data(u64),
+    /// The line end after a chunk's data.
+    DataEnd,
+    /// The trailer section after the last chunk (ended by an empty line).
+    Trailer,
+}
+
+/// What one step through a chunked body gave.
+enum Step {
+    Data(Bytes),
+    /// Framing was read (a size line, a line end, a trailer field): step again.
+    Framing,
+    /// The buffer ends inside the framing: read more.
+    More,
+}
+
+/// A connection's stream with the bytes read from it and not used yet.
+pub struct MessageReader {
+    pub stream: Stream,
+    /// Bytes read and not yet handed out.
+    buf: BytesMut,
+    pub reading: Reading,
+}
+
+impl MessageReader {
+    pub fn new(stream: Stream) -> Self {
+        MessageReader {
+            stream,
+            buf: BytesMut::new(),
+            reading: Reading::Head,
+        }
+    }
+
+    /// The bytes read and not used yet (a head being parsed, or what follows it).
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Whether the body was read whole (or there is none).
+    pub fn body_done(&self) -> bool {
+        matches!(self.reading, Reading::Done | Reading::Length(0))
+    }
+
+    /// The next bytes of the body, `None` once it was read whole. A connection that closes
+    /// before the body's end is an error (except for a body that ends so).
+    pub async fn read_body(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            match self.reading {
+                Reading::Head | Reading::Done => return Ok(None),
+                Reading::Length(0) => {
+                    self.reading = Reading::Done;
+                    return Ok(None);
+                }
+                Reading::Length(left) => {
+                    if self.buf.is_empty() {
+                        self.fill_or_cut().await?;
+                    }
+                    let taken = self.take(left.min(self.buf.len() as u64) as usize);
+                    self.reading = Reading::Length(left - taken.len() as u64);
+                    return Ok(Some(taken));
+                }
+                Reading::UntilClose => {
+                    if self.buf.is_empty() && self.fill().await? == 0 {
+                        self.reading = Reading::Done;
+                        return Ok(None);
+                    }
+                    return Ok(Some(self.take(self.buf.len())));
+                }
+                Reading::Chunked(chunk) => match self.step_chunked(chunk)? {
+                    Step::Data(data) => return Ok(Some(data)),
+                    Step::Framing => {}
+                    Step::More => self.fill_or_cut().await?,
+                },
+            }
+        }
+    }
+
+    /// One step through a chunked body's framing and data, on what is buffered.
+    fn step_chunked(&mut self, chunk: Chunk) -> Result<Step> {
+        let next = match chunk {
+            Chunk::Size => {
+                let Some(line) = self.line()? else {
+                    return Ok(Step::More);
+                };
+                match chunk_size(&line)? {
+                    0 => Chunk::Trailer,
+                    size => Chunk::Data(size),
+                }
+            }
+            Chunk::Data(left) => {
+                if self.buf.is_empty() {
+                    return Ok(Step::More);
+                }
+                let data = self.take(left.min(self.buf.len() as u64) as usize);
+                let left = left - data.len() as u64;
+                self.reading = Reading::Chunked(match left {
+                    0 => Chunk::DataEnd,
+                    left => Chunk::Data(left),
+                });
+                return Ok(Step::Data(data));
+            }
+            Chunk::DataEnd => match self.line()? {
+                None => return Ok(Step::More),
+                Some(line) if line.is_empty() => Chunk::Size,
+                Some(_) => {
+                    return Error::e_explain(ErrorType::H1Error, "chunk data longer than its size")
+                }
+            },
+            Chunk::Trailer => match self.line()? {
+                None => return Ok(Step::More),
+                Some(line) if line.is_empty() => {
+                    self.reading = Reading::Done;
+                    return Ok(Step::Framing);
+                }
+                // A trailer field: not passed on.
+                Some(_) => Chunk::Trailer,
+            },
+        };
+        self.reading = Reading::Chunked(next);
+        Ok(Step::Framing)
+    }
+
+    /// The next line of chunk framing taken out of the buffer, without its line end
+    /// (CRLF or a bare LF); `None` until it is whole.
+    fn line(&mut self) -> Result<Option<Bytes>> {
+        let end = memchr::memchr(b'\n', &self.buf);
+        // Bounded whether the line is whole or not yet.
+        if end.unwrap_or(self.buf.len()) > MAX_CHUNK_LINE {
+            return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
+        }
+        let Some(end) = end else {
+            return Ok(None);
+        };
+        let mut line = self.take(end + 1);
+        line.truncate(end);
+        if line.last() == Some(&b'\r') {
+            line.truncate(end - 1);
+        }
+        Ok(Some(line))
+    }
+
+    /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a
+    /// waiting connection keeps no allocation shared with bytes handed out.
+    pub fn take(&mut self, count: usize) -> Bytes {
+        if count >= self.buf.len() {
+            std::mem::take(&mut self.buf).freeze()
+        } else {
+            self.buf.split_to(count).freeze()
+        }
+    }
+
+    /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
+    /// buffer's start instead of splitting it, which would make the buffer shared (one
+    /// more allocation) for bytes nobody keeps.
+    pub fn consume(&mut self, count: usize) {
+        if count >= self.buf.len() {
+            self.buf = BytesMut::new();
+        } else {
+            self.buf.advance(count);
+        }
+    }
+
+    /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
+    pub async fn fill(&mut self) -> Result<usize> {
+        let stream = &mut self.stream;
+        let buf = &mut self.buf;
+        std::future::poll_fn(|cx| {
+            SCRATCH.with(|scratch| {
+                let mut borrowed = scratch.try_borrow_mut();
+                let mut own;
+                let space: &mut [u8] = match &mut borrowed {
+                    Ok(scratch) => scratch,
+                    Err(_) => {
+                        own = vec![0; READ_BYTES];
+                        &mut own
+                    }
+                };
+                let mut read = ReadBuf::new(space);
+                ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
+                    .or_err(ErrorType::ReadError, "reading from the connection")?;
+                buf.extend_from_slice(read.filled());
+                Poll::Ready(Ok(read.filled().len()))
+            })
+        })
+        .await
+    }
+
+    /// Reads more bytes; the connection ending here cuts the body short.
+    async fn fill_or_cut(&mut self) -> Result<()> {
+        match self.fill().await? {
+            0 => Error::e_explain(
+                ErrorType::ConnectionClosed,
+                "the connection closed inside the body",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `Content-Length` values that do not agree, or one that is not a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmbiguousLength;
+
+/// A message's `Content-Length`: every value (fields and comma-separated lists) must be
+/// the same number in decimal digits; `None` when there is none.
+pub fn content_length(headers: &HeaderMap) -> std::result::Result<Option<u64>, AmbiguousLength> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let n = decimal(part.trim_ascii()).ok_or(AmbiguousLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(AmbiguousLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+/// `digits` as a number: one or more ASCII digits and nothing else (no sign), within `u64`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// A chunk-size line's size: hexadecimal digits, then nothing or extensions (after `;`).
+fn chunk_size(line: &[u8]) -> Result<u64> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let rest = line[digits..].trim_ascii_start();
+    if digits == 0 || digits > 15 || !(rest.is_empty() || rest.starts_with(b";")) {
+        return Error::e_explain(ErrorType::H1Error, "an unreadable chunk size");
+    }
+    let digits = std::str::from_utf8(&line[..digits]).unwrap_or_default();
+    u64::from_str_radix(digits, 16).or_err(ErrorType::H1Error, "an unreadable chunk size")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn length_of(values: &[&str]) -> std::result::Result<Option<u64>, AmbiguousLength> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header::CONTENT_LENGTH, value.parse().unwrap());
+        }
+        content_length(&headers)
+    }
+
+    #[test]
+    fn a_length_is_one_number_however_often_it_is_said() {
+        assert_eq!(length_of(&[]), Ok(None));
+        assert_eq!(length_of(&["0"]), Ok(Some(0)));
+        assert_eq!(length_of(&[" 42 , 42", "42"]), Ok(Some(42)));
+        assert_eq!(
+            length_of(&["18446744073709551615"]),
+            Ok(Some(u64::MAX)),
+            "the largest u64"
+        );
+        for bad in [
+            &["42", "43"][..],
+            &["42, 43"],
+            &["+42"],
+            &["-1"],
+            &["4 2"],
+            &["42,"],
+            &[""],
+            &["0x10"],
+            &["18446744073709551616"],
+        ] {
+            assert_eq!(length_of(bad), Err(AmbiguousLength), "{bad:?}");
+        }
+    }
+}
