@@ -6,19 +6,19 @@
 //!   time does not hold the connection;
 //! - between requests, a keep-alive connection waits at most `client_idle_timeout` for the
 //!   next one;
-//! - an answer that pingora's HTTP parser would give on its own (a bare `400` with
-//!   `Server: Pingora` for a head it cannot parse, `405` for `CONNECT`) is replaced, on its
-//!   way out, by the gateway's error envelope with an `x-request-id`, logged and counted.
+//! - the bare answer the session gives a head it refuses (`400` for one it cannot read,
+//!   `405` for `CONNECT`, `client_session.rs`) is replaced, on its way out, by the
+//!   gateway's error envelope with an `x-request-id`, logged and counted.
 //!
-//! A deadline that passes reads as the end of the stream: pingora closes the connection as
-//! it would for a client that left.
+//! A deadline that passes reads as the end of the stream: the session closes the
+//! connection as it would for a client that left.
 
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Renders the gateway's answer (a whole HTTP/1.1 response) to a request pingora's parser
+/// Renders the gateway's answer (a whole HTTP/1.1 response) to a request head the session
 /// refused with the given status, and records it.
 pub type RejectionAnswer = Arc<dyn Fn(u16) -> Bytes + Send + Sync>;
 
@@ -29,7 +29,7 @@ pub struct ClientPolicy {
     pub idle_timeout: Duration,
     /// Connections open at once; past it the listener stops accepting until one closes.
     pub max_connections: usize,
-    /// `None`: pingora's own answers go out as they are (the admin and echo listeners).
+    /// `None`: the session's bare answers go out as they are (the admin and echo listeners).
     pub answer_rejection: Option<RejectionAnswer>,
 }
 
@@ -54,11 +54,11 @@ enum Phase {
     Head { until: Instant },
     /// The head was read: the request path's own timeouts apply.
     Request,
-    /// pingora refused the head and the gateway's answer replaced its own.
+    /// The session refused the head and the gateway's answer replaced its own.
     Refused,
 }
 
-/// What to do with bytes pingora writes to the client.
+/// What to do with bytes the session writes to the client.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outgoing {
     /// Write them.
@@ -125,7 +125,7 @@ impl ClientConnection {
         };
     }
 
-    /// Bytes written while no request is being served are pingora answering on its own:
+    /// Bytes written while no request is being served are the session refusing a head:
     /// its first write is replaced by the gateway's answer, the rest dropped.
     pub fn outgoing(&self, data: &[u8]) -> Outgoing {
         let Some(answer) = &self.answer_rejection else {

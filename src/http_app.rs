@@ -28,24 +28,28 @@ pub trait App: Send + Sync + 'static {
 /// Lets the request's header go but for what its access record reads once the answer is
 /// over (method, target, version, Host), for an answer that may last minutes (a stream).
 ///
-/// pingora parses a request's head into two maps (values and the names as sent), about
-/// 1.4 KB a request with a client's usual headers, and keeps them until the connection
-/// reads its next request. The answer's head is out by the time this is called: pingora
-/// has decided the response's framing and keep-alive, and reads the request header again
-/// only for the next request's parse (which replaces it). Slimmed, the header keeps no
-/// case map and one field.
+/// The session keeps the request's header, a map of all its fields, until the connection
+/// reads its next request. The answer's head is out by the time this is called: the
+/// session has decided the response's framing and keep-alive, and reads the request header
+/// again only for the next request's parse (which replaces it). Slimmed, the header keeps
+/// one field, copied out of the head's bytes.
 pub fn slim_request_header(session: &mut ServerSession) {
     let request = session.req_header_mut();
     let Ok(mut slim) = RequestHeader::build_no_case(request.method.clone(), b"/", Some(1)) else {
         return;
     };
-    slim.set_uri(request.uri.clone());
+    // Copies: the parsed target and values share the bytes the head was read into, which
+    // may hold more (a body, a pipelined request) for as long as anything refers to them.
+    let Ok(uri) = http::Uri::try_from(request.uri.to_string()) else {
+        return;
+    };
+    slim.set_uri(uri);
     slim.set_version(request.version);
     if let Some(host) = request.headers.get(http::header::HOST) {
-        if slim
-            .insert_header(http::header::HOST, host.clone())
-            .is_err()
-        {
+        let Ok(host) = http::HeaderValue::from_bytes(host.as_bytes()) else {
+            return;
+        };
+        if slim.insert_header(http::header::HOST, host).is_err() {
             return;
         }
     }

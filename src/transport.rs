@@ -8,7 +8,7 @@
 //!
 //! The same wrapper keeps two other things that only the stream can see:
 //! - on a client connection, the bounds of `connection.rs` (the head deadline, the idle
-//!   deadline, pingora's own answers replaced by the gateway's);
+//!   deadline, the session's bare answers replaced by the gateway's);
 //! - on an upstream connection, an answer that arrives while the request is still being
 //!   written (an upstream refusing a large body with 413 before reading it): a write that
 //!   cannot go on is given up as soon as answer bytes can be read, and those bytes are kept
