@@ -98,8 +98,10 @@ impl Session {
         self.half_closed = false;
         self.next_request_read = false;
         self.reader.reading = Reading::Head;
+        // Bytes of a pipelined request may be buffered already.
+        let mut parse = !self.reader.buffered().is_empty();
         loop {
-            if !self.reader.buffered().is_empty() && self.parse_head()? {
+            if parse && self.parse_head()? {
                 return Ok(true);
             }
             if self.reader.buffered().len() > MAX_HEAD_BYTES {
@@ -108,8 +110,11 @@ impl Session {
                     "a request head over its size limit",
                 );
             }
-            let began = !self.reader.buffered().is_empty();
-            match self.reader.fill().await {
+            let before = self.reader.buffered().len();
+            let began = before > 0;
+            let read = self.reader.fill().await;
+            parse = worth_parsing(self.reader.buffered(), before);
+            match read {
                 Ok(0) | Err(_) if !began => return Ok(false),
                 Ok(0) => {
                     return Error::e_explain(
@@ -422,6 +427,24 @@ impl Session {
     pub async fn shutdown(&mut self) {
         Shutdown::shutdown(&mut *self.reader.stream).await;
     }
+}
+
+/// Whether a head of which `buffered` holds the start, `before` bytes of it parsed in
+/// vain, may be whole or refusable now: its request line just ended (a bad one is refused
+/// at once), or the bytes read could end the head (a blank line). Every parse reads the
+/// head from its start, so a head trickled in many small reads is parsed only at these
+/// points, not once per read (up to 1 MiB each time).
+fn worth_parsing(buffered: &[u8], before: usize) -> bool {
+    let before = before.min(buffered.len());
+    if memchr::memchr(b'\n', &buffered[before..]).is_none() {
+        return false;
+    }
+    let request_line_ended = memchr::memchr(b'\n', &buffered[..before]).is_none();
+    // From the three bytes before the read: a blank line may straddle two reads.
+    let around = &buffered[before.saturating_sub(3)..];
+    request_line_ended
+        || memchr::memmem::find(around, b"\n\r\n").is_some()
+        || memchr::memmem::find(around, b"\n\n").is_some()
 }
 
 /// Whether the client lets the connection carry another request: HTTP/1.1 unless it says

@@ -299,3 +299,56 @@ async fn an_expectation_is_answered_once_and_a_refusal_closes() {
     assert_eq!(got.matches("100 Continue").count(), 1, "{got}");
     assert!(got.contains("Content-Length: 0\r\n") && got.contains("Connection: close\r\n"));
 }
+
+#[test]
+fn a_head_is_parsed_when_its_request_line_or_a_blank_line_may_have_arrived() {
+    let head = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+    let line = b"GET / HTTP/1.1\r\n".len();
+    assert!(worth_parsing(&head[..line], 0), "the request line ended");
+    assert!(!worth_parsing(&head[..line - 1], 0), "not yet");
+    assert!(
+        !worth_parsing(&head[..line + 9], line),
+        "a field line, no blank line"
+    );
+    for split in line..head.len() {
+        assert!(
+            worth_parsing(head, split),
+            "a blank line ends what was read after {split}"
+        );
+    }
+    let bare = b"GET / HTTP/1.1\nhost: x\n\n";
+    assert!(worth_parsing(bare, bare.len() - 1), "bare line ends");
+    assert!(worth_parsing(b"PRI * HTTP/2.0\r\n", 3), "a line to refuse");
+}
+
+#[tokio::test]
+async fn a_head_trickled_in_pieces_is_read_whole() {
+    let (mut session, mut client) = session_after(b"").await;
+    let pieces: [&[u8]; 6] = [
+        b"POST /v1/x HTTP/1.1\r",
+        b"\nhost: x\r\ncontent-",
+        b"length: 2\r\n",
+        b"\r",
+        b"\n",
+        b"ok",
+    ];
+    tokio::spawn(async move {
+        for piece in pieces {
+            client.write_all(piece).await.unwrap();
+            client.flush().await.unwrap();
+            // Apart, so the session sees them in separate reads.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = client.read(&mut [0u8; 1]).await;
+    });
+    assert!(session.read_request().await.unwrap());
+    assert_eq!(session.req_header().uri.path(), "/v1/x");
+    assert_eq!(body_of(&mut session).await, b"ok");
+
+    let (mut session, _client) = session_after(b"NOT A REQUEST LINE\r\n").await;
+    let error = session
+        .read_request()
+        .await
+        .expect_err("refused at its first line");
+    assert_eq!(error.etype(), &ErrorType::InvalidHTTPHeader);
+}
