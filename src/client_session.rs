@@ -293,9 +293,10 @@ impl Session {
         std::future::pending().await
     }
 
-    /// Writes `100 Continue`, unless an answer started.
+    /// Writes `100 Continue`, unless an answer started or the client speaks HTTP/1.0 (which
+    /// has no interim answers, RFC 9110 §15.2).
     pub async fn write_continue_response(&mut self) -> Result<()> {
-        if self.responded {
+        if self.responded || self.request.version == Version::HTTP_10 {
             return Ok(());
         }
         let timeout = self.write_timeout;

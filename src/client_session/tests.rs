@@ -352,3 +352,16 @@ async fn a_head_trickled_in_pieces_is_read_whole() {
         .expect_err("refused at its first line");
     assert_eq!(error.etype(), &ErrorType::InvalidHTTPHeader);
 }
+
+#[tokio::test]
+async fn an_http_1_0_client_gets_no_interim_answer() {
+    let (mut session, client) =
+        session_after(b"POST / HTTP/1.0\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+    assert!(session.read_request().await.unwrap());
+    session.write_continue_response().await.unwrap();
+    assert_eq!(body_of(&mut session).await, b"ok");
+    assert!(!answer(&mut session, b"done").await);
+    let got = received(client).await;
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+}
