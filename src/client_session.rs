@@ -195,27 +195,28 @@ impl Session {
         Ok(())
     }
 
-    /// While an answer is pending: the request body's next bytes if it is not read whole
-    /// (and `no_body_expected` is false); else waits, and fails as soon as the client
-    /// closes its side. Bytes of a pipelined next request are kept for it, and the wait
-    /// then lasts until the caller stops polling.
-    pub async fn read_body_or_idle(&mut self, no_body_expected: bool) -> Result<Option<Bytes>> {
-        if !no_body_expected && !self.is_body_done() {
-            return self.read_request_body().await;
-        }
+    /// While an answer is pending: resolves only when the client is gone (it closed its
+    /// side, or reading it failed), with why. Bytes of a pipelined next request are kept
+    /// for it, and the wait then lasts until the caller stops polling.
+    pub async fn client_gone(&mut self) -> Box<Error> {
         if self.half_closed {
-            return Error::e_explain(ErrorType::ConnectionClosed, "the client closed its side");
+            return Error::explain(ErrorType::ConnectionClosed, "the client closed its side");
         }
         if self.next_request_read {
             return std::future::pending().await;
         }
-        if self.reader.fill().await? == 0 {
-            self.half_closed = true;
-            self.keepalive = false;
-            return Error::e_explain(ErrorType::ConnectionClosed, "the client closed its side");
+        match self.reader.fill().await {
+            Ok(0) => {
+                self.half_closed = true;
+                self.keepalive = false;
+                Error::explain(ErrorType::ConnectionClosed, "the client closed its side")
+            }
+            Ok(_) => {
+                self.next_request_read = true;
+                std::future::pending().await
+            }
+            Err(e) => e,
         }
-        self.next_request_read = true;
-        std::future::pending().await
     }
 
     /// Writes `100 Continue`, unless an answer started or the client speaks HTTP/1.0 (which

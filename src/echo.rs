@@ -176,7 +176,7 @@ impl Echo {
                 // holding the task and its socket for the whole delay.
                 tokio::select! {
                     _ = tokio::time::sleep(self.word_delay) => {}
-                    _ = session.read_body_or_idle(true) => return None,
+                    _ = session.client_gone() => return None,
                 }
             }
             session

@@ -258,8 +258,7 @@ async fn while_waiting_a_close_is_seen_and_a_next_request_kept() {
         .write_all(b"GET /two HTTP/1.1\r\n\r\n")
         .await
         .unwrap();
-    let waited =
-        tokio::time::timeout(Duration::from_millis(200), session.read_body_or_idle(true)).await;
+    let waited = tokio::time::timeout(Duration::from_millis(200), session.client_gone()).await;
     assert!(
         waited.is_err(),
         "bytes of the next request are no reason to stop waiting"
@@ -269,10 +268,7 @@ async fn while_waiting_a_close_is_seen_and_a_next_request_kept() {
     assert_eq!(session.req_header().uri.path(), "/two");
 
     client.shutdown().await.unwrap();
-    let error = session
-        .read_body_or_idle(true)
-        .await
-        .expect_err("the client left");
+    let error = session.client_gone().await;
     assert_eq!(error.etype(), &ErrorType::ConnectionClosed);
     assert!(
         !answer(&mut session, b"2").await,

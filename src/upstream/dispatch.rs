@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::IdRewrite;
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
-use pingora::{Error, ErrorType};
+use pingora::Error;
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -177,10 +177,7 @@ async fn attempts(
             // The slot first: when it is free at once the client is not polled at all.
             biased;
             acquired = upstreams.acquire(upstream) => acquired,
-            gone = session.read_body_or_idle(true) => {
-                let gone = gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed));
-                return Delivery::ClientGone(gone);
-            }
+            gone = session.client_gone() => return Delivery::ClientGone(gone),
         };
         let slot = match acquired {
             Ok(slot) => slot,

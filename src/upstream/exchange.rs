@@ -30,7 +30,7 @@ use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
 use pingora::protocols::Stream;
-use pingora::{Error, ErrorType};
+use pingora::Error;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -448,9 +448,9 @@ async fn read_header(
         // socket) would be wasted (benches/README.md, ninth session).
         biased;
         read = tokio::time::timeout_at(deadline, connection.read_head()) => read,
-        gone = session.read_body_or_idle(true) => {
+        gone = session.client_gone() => {
             connection.shutdown().await;
-            return Err(NoAnswer::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            return Err(NoAnswer::ClientGone(gone));
         }
     };
     let failure = match read {

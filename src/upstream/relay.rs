@@ -15,7 +15,7 @@ use crate::respond::stream_error_event;
 use crate::response_id::IdRewrite;
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora::{Error, ErrorType};
+use pingora::Error;
 use std::time::Instant;
 
 /// Largest JSON answer read whole to rewrite its IDs.
@@ -200,9 +200,9 @@ async fn next_chunk(
         // by the next write to it.
         biased;
         read = tokio::time::timeout_at(next_by, connection.read_body()) => read,
-        gone = session.read_body_or_idle(true) => {
+        gone = session.client_gone() => {
             connection.shutdown().await;
-            return Err(Outcome::ClientGone(gone.err().unwrap_or_else(|| Error::new(ErrorType::ConnectionClosed))));
+            return Err(Outcome::ClientGone(gone));
         }
     };
     measured.upstream_wait += waited_from.elapsed();
