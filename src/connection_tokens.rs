@@ -24,6 +24,16 @@ impl<'a> ConnectionTokens<'a> {
         }
     }
 
+    /// Whether a message of `version` with these tokens lets its connection carry another:
+    /// HTTP/1.1 unless it says `close`, HTTP/1.0 only when it says `keep-alive`.
+    pub fn keep_alive(&self, version: http::Version) -> bool {
+        match version {
+            _ if self.contains("close") => false,
+            http::Version::HTTP_10 => self.contains("keep-alive"),
+            _ => true,
+        }
+    }
+
     /// `token` (lowercase) is among them, in any case.
     pub fn contains(&self, token: &str) -> bool {
         let usual = matches!(token, "close" | "keep-alive");
@@ -61,5 +71,22 @@ mod tests {
         assert!(named.names_fields);
         assert!(named.contains("x-drop-me") && named.contains("close"));
         assert!(!named.contains("x-drop") && !named.contains(""));
+    }
+
+    #[test]
+    fn http_1_1_keeps_unless_closed_and_http_1_0_only_when_asked() {
+        let keeps = |values: &[&str], version| {
+            let mut headers = http::HeaderMap::new();
+            for value in values {
+                headers.append(header::CONNECTION, value.parse().unwrap());
+            }
+            ConnectionTokens::of(&headers).keep_alive(version)
+        };
+        const HTTP_10: http::Version = http::Version::HTTP_10;
+        const HTTP_11: http::Version = http::Version::HTTP_11;
+        assert!(keeps(&[], HTTP_11) && keeps(&["upgrade"], HTTP_11));
+        assert!(!keeps(&["Close"], HTTP_11) && !keeps(&["keep-alive", "close"], HTTP_11));
+        assert!(!keeps(&[], HTTP_10) && keeps(&["Keep-Alive"], HTTP_10));
+        assert!(!keeps(&["keep-alive, close"], HTTP_10));
     }
 }

@@ -95,7 +95,8 @@ pub(super) fn parse(reader: &mut MessageReader) -> Result<Option<Head>> {
         request.remove_header(&header::CONTENT_LENGTH);
     }
     Ok(Some(Head {
-        keepalive: !framing.drop_content_length && wants_keepalive(&request),
+        keepalive: !framing.drop_content_length
+            && ConnectionTokens::of(&request.headers).keep_alive(request.version),
         reading: framing.reading,
         request,
     }))
@@ -117,15 +118,4 @@ pub(super) fn worth_parsing(buffered: &[u8], before: usize) -> bool {
     request_line_ended
         || memchr::memmem::find(around, b"\n\r\n").is_some()
         || memchr::memmem::find(around, b"\n\n").is_some()
-}
-
-/// Whether the client lets the connection carry another request: HTTP/1.1 unless it says
-/// `close`, HTTP/1.0 only when it says `keep-alive`.
-fn wants_keepalive(request: &RequestHeader) -> bool {
-    let tokens = ConnectionTokens::of(&request.headers);
-    match request.version {
-        _ if tokens.contains("close") => false,
-        Version::HTTP_10 => tokens.contains("keep-alive"),
-        _ => true,
-    }
 }

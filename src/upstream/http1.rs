@@ -206,14 +206,11 @@ impl Http1 {
             Framing::Chunked => Reading::Chunked(Chunk::Size),
             Framing::Close => Reading::UntilClose,
         };
-        let tokens = ConnectionTokens::of(&head.headers);
-        let said = |token: &str| tokens.contains(token);
-        self.keepalive = match head.version {
-            _ if said("close") => false,
-            // HTTP/1.0 keeps a connection only when asked, and never after chunked framing.
-            Version::HTTP_10 => said("keep-alive") && head.framing != Framing::Chunked,
-            _ => true,
-        } && self.reader.reading != Reading::UntilClose;
+        // HTTP/1.0 never keeps a connection after chunked framing.
+        let chunked_on_1_0 = head.version == Version::HTTP_10 && head.framing == Framing::Chunked;
+        self.keepalive = ConnectionTokens::of(&head.headers).keep_alive(head.version)
+            && !chunked_on_1_0
+            && self.reader.reading != Reading::UntilClose;
     }
 }
 
