@@ -15,6 +15,7 @@ mod model;
 mod parsed;
 mod provider;
 mod raw;
+mod response_ids;
 mod retry_on;
 mod server;
 mod store;
@@ -114,6 +115,18 @@ pub struct Config {
     pub limits_store: Option<LimitsStoreConfig>,
     /// `tracing:`: traces exported over OTLP; `None` (the section absent) traces nothing.
     pub tracing: Option<TracingConfig>,
+    /// `response_ids:`: what stored-response IDs are signed with; `None`: a secret of
+    /// this process alone.
+    pub response_ids: Option<ResponseIdSecrets>,
+}
+
+/// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
+#[derive(Debug, Clone)]
+pub struct ResponseIdSecrets {
+    /// Signs new IDs and reads them.
+    pub current: Secret,
+    /// Still reads IDs made before a rotation.
+    pub previous: Option<Secret>,
 }
 
 /// `limits_store`: the Redis (or Valkey) that holds the limits every replica shares.
@@ -283,6 +296,9 @@ pub struct ModelConfig {
     pub created: u64,
     /// Output tokens reserved for a request that names no limit of its own.
     pub default_max_tokens: u64,
+    /// A request that sets no output limit gets `default_max_tokens` written into it, so
+    /// what is reserved is a ceiling.
+    pub enforce_output_limit: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -421,6 +437,16 @@ pub fn parse_with(
         upstreams_readable.then_some(declared.as_slice()),
     );
     let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let serves_responses = models.iter().any(|m| {
+        m.endpoints
+            .contains(&crate::endpoint::EndpointType::Responses)
+    });
+    let response_ids = response_ids::response_ids(
+        &mut errors,
+        raw.response_ids.as_ref(),
+        serves_responses,
+        env,
+    );
     let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     let before_keys = errors.list.len();
     let keys = key::keys(
@@ -444,5 +470,6 @@ pub fn parse_with(
     let mut config = settings.into_config(upstreams, models, keys, metric_labels, errors.warnings);
     config.limits_store = limits_store;
     config.tracing = tracing;
+    config.response_ids = response_ids;
     Ok(config)
 }

@@ -8,6 +8,7 @@ use crate::clock::{Clock, SystemWallClock, WallClock};
 use crate::config::TracingConfig;
 use crate::limits::{Limiter, Store};
 use crate::metrics::Metrics;
+use crate::response_id::IdKeys;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Availability, CheckContext, Upstreams};
 use arc_swap::ArcSwap;
@@ -30,6 +31,9 @@ pub struct Gateway {
     pub limits_store: Option<Arc<Store>>,
     /// The tracer, when `tracing:` is configured (fixed until restart).
     pub telemetry: Option<Telemetry>,
+    /// Signs stored-response IDs when the catalog has no `response_ids` secret: made at
+    /// start, kept across reloads.
+    pub ephemeral_ids: IdKeys,
     draining: AtomicBool,
 }
 
@@ -54,6 +58,7 @@ impl Gateway {
             access_log,
             wall_clock: Arc::new(SystemWallClock),
             telemetry: None,
+            ephemeral_ids: IdKeys::ephemeral(),
             draining: AtomicBool::new(false),
         }
     }

@@ -30,6 +30,7 @@ pub(super) struct RawConfig {
     pub(super) metric_labels: Option<Vec<String>>,
     pub(super) limits_store: Option<RawLimitsStore>,
     pub(super) tracing: Option<RawTracing>,
+    pub(super) response_ids: Option<RawResponseIds>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -57,6 +58,14 @@ pub(super) struct RawLimitsStore {
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,
     pub(super) lease_lifetime: Option<String>,
+}
+
+/// `response_ids:` (validated in `response_ids.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawResponseIds {
+    pub(super) secret_env: Option<String>,
+    pub(super) previous_secret_env: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +134,7 @@ pub(super) struct RawModel {
     pub(super) owned_by: Option<String>,
     pub(super) created: Option<u64>,
     pub(super) default_max_tokens: Option<u64>,
+    pub(super) enforce_output_limit: Option<bool>,
 }
 
 #[derive(Deserialize)]

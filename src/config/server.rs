@@ -71,6 +71,7 @@ impl Settings {
             keys,
             metric_labels,
             tracing: None,
+            response_ids: None,
             warnings,
             limits_store: None,
         }

@@ -21,6 +21,53 @@ pub const BETA: &str = "sk-test-beta-0123456789";
 pub const DISABLED: &str = "sk-test-disabled-0123456789";
 /// The credential the gateway sends upstream (from `TEST_UPSTREAM_KEY`).
 pub const UPSTREAM_SECRET: &str = "upstream-secret-value-42";
+/// `response_ids.secret_env: TEST_RESPONSE_ID_SECRET` signs stored-response IDs with it.
+pub const RESPONSE_ID_SECRET: &str = "test-response-id-secret-0123456789abcdef";
+/// `TEST_RESPONSE_ID_PREVIOUS`: the secret of before a rotation.
+pub const PREVIOUS_RESPONSE_ID_SECRET: &str = "test-response-id-previous-0123456789abcdef";
+
+/// The environment test configurations read their secrets from.
+pub fn test_env(name: &str) -> Option<String> {
+    match name {
+        "TEST_UPSTREAM_KEY" => Some(UPSTREAM_SECRET),
+        "TEST_RESPONSE_ID_SECRET" => Some(RESPONSE_ID_SECRET),
+        "TEST_RESPONSE_ID_PREVIOUS" => Some(PREVIOUS_RESPONSE_ID_SECRET),
+        _ => None,
+    }
+    .map(str::to_owned)
+}
+
+/// The ID the gateway gives `owner` for a response `upstream_id` made on `model` by
+/// `upstream`, when it signs with `secret`.
+pub fn response_id_for(
+    secret: &str,
+    owner: &str,
+    model: &str,
+    upstream: &str,
+    upstream_id: &str,
+) -> String {
+    let keys = sluice::response_id::IdKeys::new(secret.as_bytes(), None);
+    sluice::response_id::StoredResponseId {
+        model: model.into(),
+        upstream: upstream.into(),
+        upstream_id: upstream_id.into(),
+    }
+    .encode(sluice::response_id::IdIssuer { keys: &keys, owner })
+    .expect("a plain upstream ID")
+}
+
+/// What an ID made with `secret` for `owner` names, if it is one.
+pub fn read_response_id(
+    secret: &str,
+    owner: &str,
+    id: &str,
+) -> Option<sluice::response_id::StoredResponseId> {
+    let keys = sluice::response_id::IdKeys::new(secret.as_bytes(), None);
+    sluice::response_id::StoredResponseId::decode(
+        id,
+        sluice::response_id::IdIssuer { keys: &keys, owner },
+    )
+}
 
 pub fn key_hash(key: &str) -> String {
     KeyHash::of(key.as_bytes()).to_hex()
@@ -220,8 +267,7 @@ impl TestGateway {
         limiter_clock: Arc<dyn Clock>,
         clock: Arc<ManualClock>,
     ) -> TestGateway {
-        let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
-        let config = sluice::config::parse("test.yaml", yaml, None, &env)
+        let config = sluice::config::parse("test.yaml", yaml, None, &test_env)
             .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
         let catalog = Catalog::build(&config, 1);
         let log = SharedLog::default();
