@@ -227,6 +227,14 @@ impl Read {
         input + output
     }
 
+    /// Writes the model's default output limit into a JSON request that sets none
+    /// (`enforce_output_limit`).
+    pub(super) fn enforce_output_limit(&mut self, kind: EndpointType, limit: u64) {
+        if let Read::Json(_, request) = self {
+            request.enforce_output_limit(kind, limit);
+        }
+    }
+
     /// A stream to chat or completions whose client did not ask for the usage chunk.
     pub(super) fn usage_unasked(&self, kind: EndpointType) -> bool {
         match self {
