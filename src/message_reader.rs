@@ -6,10 +6,14 @@
 //! A waiting connection holds no read buffer: a read goes through one scratch buffer per
 //! thread and keeps exactly the bytes it got (benches/README.md, the idle streams).
 //!
-//! Body framings: `Content-Length`, `Transfer-Encoding: chunked` (extensions and trailers
-//! read and dropped, each line at most [`MAX_CHUNK_LINE`] bytes), or the connection's end.
+//! Body framings: `Content-Length`, `Transfer-Encoding: chunked` (size lines read by
+//! `chunk_line.rs`, extensions checked and dropped, trailer fields dropped, each line at most
+//! [`MAX_CHUNK_LINE`] bytes and ended by CRLF or LF, a CR anywhere else refused), or the
+//! connection's end.
 //! Malformed chunk framing is an `H1Error`; a connection that ends inside a body framed by
 //! length or chunks is `ConnectionClosed`.
+
+mod chunk_line;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap};
@@ -189,6 +193,11 @@ impl MessageReader {
         if line.last() == Some(&b'\r') {
             line.truncate(end - 1);
         }
+        // A CR that does not end the line: a front proxy may end the line there (RFC 9112
+        // §2.2), and so read the body differently.
+        if memchr::memchr(b'\r', &line).is_some() {
+            return Error::e_explain(ErrorType::H1Error, "a bare CR in a chunk line");
+        }
         Ok(Some(line))
     }
 
@@ -215,6 +224,14 @@ impl MessageReader {
 
     /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
     pub async fn fill(&mut self) -> Result<usize> {
+        self.fill_at_most(READ_BYTES).await
+    }
+
+    /// Reads at most `most` (at least 1) more bytes onto the buffer: how many, 0 at the
+    /// connection's end. What a head being read may still take, so its buffer stays within
+    /// the head's limit.
+    pub async fn fill_at_most(&mut self, most: usize) -> Result<usize> {
+        let most = most.clamp(1, READ_BYTES);
         let stream = &mut self.stream;
         let buf = &mut self.buf;
         std::future::poll_fn(|cx| {
@@ -228,7 +245,7 @@ impl MessageReader {
                         &mut own
                     }
                 };
-                let mut read = ReadBuf::new(space);
+                let mut read = ReadBuf::new(&mut space[..most]);
                 ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
                     .or_err(ErrorType::ReadError, "reading from the connection")?;
                 buf.extend_from_slice(read.filled());
@@ -281,15 +298,12 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// A chunk-size line's size: hexadecimal digits, then nothing or extensions (after `;`).
+/// A chunk-size line's size (`chunk_line.rs`).
 fn chunk_size(line: &[u8]) -> Result<u64> {
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 15 || !(rest.is_empty() || rest.starts_with(b";")) {
-        return Error::e_explain(ErrorType::H1Error, "an unreadable chunk size");
+    match chunk_line::chunk_size(line) {
+        Some(size) => Ok(size),
+        None => Error::e_explain(ErrorType::H1Error, "an unreadable chunk size"),
     }
-    let digits = std::str::from_utf8(&line[..digits]).unwrap_or_default();
-    u64::from_str_radix(digits, 16).or_err(ErrorType::H1Error, "an unreadable chunk size")
 }
 
 #[cfg(test)]

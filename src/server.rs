@@ -100,7 +100,7 @@ async fn serve<A>(
 ) where
     A: App,
 {
-    let mut session = ServerSession::new(stream);
+    let mut session = ServerSession::new(stream, connection.max_header_bytes);
     if *shutdown.borrow() {
         session.disable_keepalive();
     }
@@ -174,6 +174,7 @@ pub async fn start_on(
         header_timeout: config.client_header_timeout,
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
+        max_header_bytes: config.max_header_bytes,
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
     let (addr, workers) = match loops {
