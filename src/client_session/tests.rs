@@ -408,4 +408,5 @@ async fn mangled_heads_are_read_or_refused_never_a_panic() {
     assert!(read > 30 && refused > 30, "{read} read, {refused} refused");
 }
 
+mod properties;
 mod strict;
