@@ -9,7 +9,7 @@
 //! - a request head is at most `max_header_bytes` (the session reads no more of it);
 //! - the bare answer the session gives a head it refuses (`400` for one it cannot read,
 //!   `405` for `CONNECT`, `431` for one too large, `501` for a transfer coding other than
-//!   `chunked`, `client_session.rs`) is replaced, on its way out, by the gateway's error
+//!   `chunked`, `http1/server.rs`) is replaced, on its way out, by the gateway's error
 //!   envelope with an `x-request-id`, logged and counted.
 //!
 //! A deadline that passes reads as the end of the stream: the session closes the
@@ -45,7 +45,7 @@ impl ClientPolicy {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
-            max_header_bytes: crate::client_session::DEFAULT_MAX_HEAD_BYTES,
+            max_header_bytes: crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
             answer_rejection: None,
         }
     }

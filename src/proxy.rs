@@ -37,10 +37,10 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key, Model};
-use crate::client_session::Session;
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::http1::server::Session;
 use crate::http_app::App;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};

@@ -4,8 +4,8 @@
 //! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
-use crate::client_session::Session as ServerSession;
 use crate::connection::{ClientConnection, ClientPolicy};
+use crate::http1::server::Session as ServerSession;
 use crate::http_app::App;
 use crate::transport::BufferedStream;
 use crate::workers::Workers;

@@ -223,7 +223,7 @@ fn body_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
 fn header_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
     const BOUNDS: std::ops::RangeInclusive<usize> = (1 << 10)..=(1 << 20);
     let bytes = match size {
-        None => return crate::client_session::DEFAULT_MAX_HEAD_BYTES,
+        None => return crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
         Some(RawSize::Bytes(n)) => usize::try_from(*n).ok(),
         Some(RawSize::Text(text)) => parse_size(text),
     };
@@ -234,7 +234,7 @@ fn header_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
                 "max_header_bytes",
                 "must be a size from 1KiB to 1MiB (examples: 32KiB, 65536)",
             );
-            crate::client_session::DEFAULT_MAX_HEAD_BYTES
+            crate::http1::server::DEFAULT_MAX_HEAD_BYTES
         }
     }
 }

@@ -6,7 +6,7 @@
 //! is `response.rs`.
 
 use crate::catalog::Upstream;
-use crate::connection_tokens::ConnectionTokens;
+use crate::http1::connection_tokens::ConnectionTokens;
 use crate::percent::query_decode;
 use http::{header, HeaderName, Method};
 use pingora::http::RequestHeader;

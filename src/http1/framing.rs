@@ -1,7 +1,7 @@
-//! How a request's body is framed (read by `message_reader.rs`), and how an answer's body
+//! How a request's body is framed (read by `reader.rs`), and how an answer's body
 //! is written.
 
-use crate::message_reader::{content_length, Chunk, Reading};
+use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
 use pingora::http::RequestHeader;
 use pingora::protocols::Stream;

@@ -29,13 +29,10 @@
 //!   framing (`Content-Length`, chunked, or until the close), none for `HEAD`, 204, 304;
 //!   an HTTP/1.0 client never gets a chunked body (the close ends it instead).
 
-mod framing;
-mod head;
-
-use crate::message_reader::{MessageReader, Reading};
+use super::framing::Writing;
+use super::head::{self, worth_parsing};
+use crate::http1::reader::{MessageReader, Reading};
 use bytes::{BufMut, Bytes, BytesMut};
-use framing::Writing;
-use head::worth_parsing;
 use http::{header, Method, Version};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::date::get_cached_date;

@@ -3,9 +3,9 @@
 //! head's bytes; and when a head being read is worth parsing again.
 
 use super::framing::request_framing;
-use super::MAX_FIELDS;
-use crate::connection_tokens::ConnectionTokens;
-use crate::message_reader::{MessageReader, Reading};
+use super::server::MAX_FIELDS;
+use crate::http1::connection_tokens::ConnectionTokens;
+use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Version};
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, OrErr, Result};
