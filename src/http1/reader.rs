@@ -223,13 +223,26 @@ impl MessageReader {
 
     /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
     pub async fn fill(&mut self) -> Result<usize> {
-        self.fill_at_most(READ_BYTES).await
+        self.read_more(READ_BYTES, None).await
     }
 
     /// Reads at most `most` (at least 1) more bytes onto the buffer: how many, 0 at the
-    /// connection's end. What a head being read may still take, so its buffer stays within
-    /// the head's limit.
+    /// connection's end. For a head being read: its buffer never holds, nor allocates,
+    /// more than its length now and `most` (a buffer that grows by doubling would reach
+    /// twice the head's limit).
     pub async fn fill_at_most(&mut self, most: usize) -> Result<usize> {
+        let limit = self.buf.len().saturating_add(most.max(1));
+        self.read_more(most, Some(limit)).await
+    }
+
+    /// The buffer's allocation (the tests of a head's bound).
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Reads at most `most` bytes onto the buffer, its allocation kept within `limit`.
+    async fn read_more(&mut self, most: usize, limit: Option<usize>) -> Result<usize> {
         let most = most.clamp(1, READ_BYTES);
         let stream = &mut self.stream;
         let buf = &mut self.buf;
@@ -247,8 +260,16 @@ impl MessageReader {
                 let mut read = ReadBuf::new(&mut space[..most]);
                 ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
                     .or_err(ErrorType::ReadError, "reading from the connection")?;
-                buf.extend_from_slice(read.filled());
-                Poll::Ready(Ok(read.filled().len()))
+                let filled = read.filled();
+                let short = buf.capacity() - buf.len() < filled.len();
+                if let Some(limit) = limit.filter(|&l| short && buf.capacity() * 2 > l) {
+                    // Doubling would pass the limit: grow to it exactly, once.
+                    let mut exact = BytesMut::with_capacity(limit);
+                    exact.extend_from_slice(buf);
+                    *buf = exact;
+                }
+                buf.extend_from_slice(filled);
+                Poll::Ready(Ok(filled.len()))
             })
         })
         .await

@@ -133,3 +133,27 @@ async fn an_http_1_0_client_gets_a_close_delimited_body_never_chunks() {
     assert!(head.contains("Connection: close"), "{head}");
     assert_eq!(body, "data: one\n\ndata: two\n\n");
 }
+
+#[tokio::test]
+async fn a_head_trickled_in_small_reads_never_allocates_past_its_limit() {
+    // Reads of at most 64 bytes: a buffer growing by doubling would reach 1024.
+    let limit = 1000;
+    let (mut client, server) = tokio::io::duplex(64);
+    let mut session = Session::new(Box::new(server), limit);
+    let writer = tokio::spawn(async move {
+        let mut over = b"GET / HTTP/1.1\r\nx-pad: ".to_vec();
+        over.resize(limit + 100, b'a');
+        let _ = client.write_all(&over).await;
+        client
+    });
+    let error = session.read_request().await.expect_err("over the limit");
+    assert_eq!(error.etype(), &ErrorType::HTTPStatus(431));
+    assert_eq!(session.reader.buffered().len(), limit);
+    assert!(
+        session.reader.capacity() <= limit,
+        "the head's buffer allocated {} bytes",
+        session.reader.capacity()
+    );
+    drop(session);
+    writer.await.unwrap();
+}
