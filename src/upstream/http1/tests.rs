@@ -298,3 +298,5 @@ async fn the_request_goes_out_as_written_and_a_head_request_has_no_body_back() {
         "nothing more to read after a HEAD answer"
     );
 }
+
+mod properties;
