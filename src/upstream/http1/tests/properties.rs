@@ -5,8 +5,8 @@
 use super::*;
 use http::header;
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
 use proptest::sample::select;
+use proptest::strategy::ValueTree;
 use std::io::Cursor;
 
 /// An answer as the connection read it: what a re-serialisation must reproduce.
