@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod error;
 pub mod gateway;
 pub mod glob;
+pub mod http1;
 pub mod http_app;
 pub mod json_object;
 pub mod limits;
