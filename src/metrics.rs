@@ -53,6 +53,8 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    /// Streams whose edits stopped at an event over the bound of what is held.
+    pub stream_edits_skipped: IntCounterVec,
     pub limits_store_up: IntGauge,
     pub limits_store_errors: IntCounterVec,
     pub limits_store_duration: Histogram,
@@ -129,6 +131,14 @@ impl Metrics {
                 "Failures talking to an upstream, by error code.",
             ),
             &["upstream", "code"],
+        )
+        .expect("valid metric");
+        let stream_edits_skipped = IntCounterVec::new(
+            Opts::new(
+                "sluice_stream_edits_skipped_total",
+                "Edited streams (usage taken out, IDs rewritten) with an event over 1 MiB: the rest passed unedited.",
+            ),
+            &["upstream"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
@@ -290,6 +300,7 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(rejections.clone()),
             Box::new(upstream_errors.clone()),
+            Box::new(stream_edits_skipped.clone()),
             Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
             Box::new(config_last_success.clone()),
@@ -325,6 +336,7 @@ impl Metrics {
             in_flight,
             rejections,
             upstream_errors,
+            stream_edits_skipped,
             config_reloads,
             config_generation,
             config_last_success,
@@ -386,6 +398,7 @@ impl Metrics {
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
             self.usage_missing.with_label_values(&[upstream]);
+            self.stream_edits_skipped.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);

@@ -4,8 +4,9 @@
 //! fallback model may take it).
 
 use super::body::RequestBody;
+use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
-use super::exchange::{exchange, Call, Exchange, Outgoing};
+use super::exchange::exchange;
 use super::request::{request_header, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
 use super::{Pool, Upstreams};
