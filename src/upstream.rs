@@ -20,6 +20,7 @@
 //! | `pool.rs`     | one event loop's idle connections to the upstreams, and the connector |
 //! | `call.rs`     | one request's call to an upstream, and what its exchanges measured |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
+//! | `send.rs`     | the request out and the answer's head back, on a pooled or fresh connection |
 //! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
 //! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
@@ -39,6 +40,7 @@ mod probe;
 mod relay;
 mod request;
 mod response;
+mod send;
 mod verdict;
 
 pub use body::RequestBody;

@@ -13,58 +13,24 @@
 
 use super::call::{bounded, Call, Exchange, Outgoing};
 use super::error_record::UpstreamErrorRecord;
-use super::http1::{Head, Http1};
+use super::http1::Http1;
 use super::pool::Pool;
 use super::relay::{
     model_named, read_held, relay_body, Edit, Held, Passing, Reading, HEAD_BYTES, HELD_BYTES,
     MAX_REWRITTEN_BYTES,
 };
 use super::response::{is_event_stream, response_header, upstream_retry_after, Framing};
-use super::verdict::{
-    failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Outcome, Reached,
-};
+use super::send::{send, Answer, Early, NoAnswer, Request};
+use super::verdict::{hands_back, Connection, EarlyFailure, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::client_session::Session;
 use crate::error::RequestError;
 use crate::http1::sse::EventReader;
 use crate::metrics::Metrics;
-use crate::transport::BufferedStream;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::HeaderValue;
-use pingora::protocols::Stream;
-use pingora::Error;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, ReadBuf};
-
-/// A failure before the response header, with whether the request may have gone out.
-struct Early {
-    failure: EarlyFailure,
-    reached: Reached,
-}
-
-/// Whether the upstream took the whole request before it answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Request {
-    Whole,
-    /// It answered early (a 413 for a large body): the connection cannot be reused.
-    CutShort,
-}
-
-/// A response head and the connection it came on.
-struct Answer {
-    connection: Http1,
-    response: Head,
-    request: Request,
-}
-
-/// An attempt that did not produce a response header.
-enum NoAnswer {
-    Early(Early),
-    ClientGone(Box<Error>),
-}
 
 /// Sends the call upstream and relays the answer to the client.
 ///
@@ -331,131 +297,6 @@ async fn release(pool: &Pool, upstream: &Upstream, connection: Http1) {
         Ok(stream) => pool.give_back(&upstream.peer, stream),
         Err(mut connection) => connection.shutdown().await,
     }
-}
-
-/// Connects (from the pool, or fresh), sends the request and reads the response header.
-async fn send(
-    session: &mut Session,
-    pool: &Pool,
-    call: &Call<'_>,
-    outgoing: &Outgoing,
-    connection: Connection,
-    first_byte_by: Instant,
-) -> Result<Answer, NoAnswer> {
-    let upstream = call.upstream;
-    let peer = &upstream.peer;
-    let pooled = match connection {
-        Connection::Fresh => None,
-        // Closed by the upstream while it sat in the pool (llama.cpp's server closes after
-        // every stream while announcing keep-alive): found out before the request goes on
-        // it, so nothing is sent twice.
-        Connection::Pooled => match pool.take(peer) {
-            Some(mut stream) => still_open(&mut stream).await.then_some(stream),
-            None => None,
-        },
-    };
-    let connected = match pooled {
-        Some(stream) => Ok((stream, true)),
-        // Boxed: connecting (TCP, TLS) is an 8 KB state machine that most requests, served
-        // from the pool, never enter; inline it would be copied with every request's future.
-        None => Box::pin(pool.connect(peer)).await.map(|s| (s, false)),
-    };
-    let (stream, reused) = connected.map_err(|e| {
-        log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
-        // Nothing was sent on a connection that never opened.
-        NoAnswer::Early(Early { failure: EarlyFailure::Failed(failure_of(&e)), reached: Reached::No })
-    })?;
-    let connection = if reused {
-        Connection::Pooled
-    } else {
-        Connection::Fresh
-    };
-    let failed = |failure| {
-        NoAnswer::Early(Early {
-            failure,
-            reached: Reached::Maybe,
-        })
-    };
-    // Header and body leave together, in one write when they fit the stream's buffer.
-    let (stream, read_count) = BufferedStream::wrap(stream);
-    let mut upstream_connection = Http1::new(stream);
-    let read_before_request = read_count.bytes_read();
-    // Sending is bounded by the same deadline as the first byte: a stalled upstream that
-    // stops reading must not hold the request forever.
-    let deadline = tokio::time::Instant::from_std(first_byte_by);
-    let sent = upstream_connection.send(&outgoing.header, &outgoing.body);
-    let request = match tokio::time::timeout_at(deadline, sent).await {
-        Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
-        Ok(Err(e)) => {
-            // The upstream may have answered before taking the whole request (a 413 for a
-            // body over its limit) and closed: that answer is what the client gets. With no
-            // answer, the request cannot have been processed whole.
-            let early = read_header(session, &mut upstream_connection, deadline).await;
-            return match early {
-                Ok(response) => Ok(Answer {
-                    connection: upstream_connection,
-                    response,
-                    request: Request::CutShort,
-                }),
-                Err(NoAnswer::ClientGone(gone)) => Err(NoAnswer::ClientGone(gone)),
-                Err(NoAnswer::Early(_)) if read_count.bytes_read() == read_before_request => {
-                    Err(failed(send_failed(connection, &e)))
-                }
-                Err(early) => Err(early),
-            };
-        }
-        Ok(Ok(())) => Request::Whole,
-    };
-    let response = read_header(session, &mut upstream_connection, deadline).await?;
-    Ok(Answer {
-        connection: upstream_connection,
-        response,
-        request,
-    })
-}
-
-/// Whether a pooled connection can carry a request: not closed by the upstream while it
-/// sat idle, and with nothing unread on it. One poll, no waiting.
-async fn still_open(stream: &mut Stream) -> bool {
-    let mut probe = [0u8; 1];
-    let mut probe = ReadBuf::new(&mut probe);
-    std::future::poll_fn(|cx| {
-        Poll::Ready(
-            Pin::new(&mut *stream)
-                .poll_read(cx, &mut probe)
-                .is_pending(),
-        )
-    })
-    .await
-}
-
-/// Reads the response head (interim answers skipped) by `deadline`, while watching the
-/// client: if it leaves, the upstream connection is shut so the backend stops generating.
-/// A read that fails is never sent again: the upstream may have held the request.
-async fn read_header(
-    session: &mut Session,
-    connection: &mut Http1,
-    deadline: tokio::time::Instant,
-) -> Result<Head, NoAnswer> {
-    let read = tokio::select! {
-        // The upstream first: once its head is in, a poll of the client (a read of its
-        // socket) would be wasted (benches/README.md, ninth session).
-        biased;
-        read = tokio::time::timeout_at(deadline, connection.read_head()) => read,
-        gone = session.client_gone() => {
-            connection.shutdown().await;
-            return Err(NoAnswer::ClientGone(gone));
-        }
-    };
-    let failure = match read {
-        Ok(Ok(head)) => return Ok(head),
-        Err(_elapsed) => RequestError::UpstreamTimeout,
-        Ok(Err(e)) => read_failure(&e),
-    };
-    Err(NoAnswer::Early(Early {
-        failure: EarlyFailure::Failed(failure),
-        reached: Reached::Maybe,
-    }))
 }
 
 /// `Server-Timing`: the gateway's time before the request went upstream and the
