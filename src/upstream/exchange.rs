@@ -202,6 +202,8 @@ pub(super) async fn exchange(
             if call.read_model {
                 measured.response_model = model_named(&body[..body.len().min(HEAD_BYTES)]);
             }
+            // Read once: what passes next is the rewrite, which names no other model.
+            passing.head = None;
             let body = Bytes::from(rewrite.json(&body));
             to_client.remove_header(&TRANSFER_ENCODING);
             to_client
