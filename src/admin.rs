@@ -4,8 +4,9 @@
 mod keys;
 
 use crate::gateway::Gateway;
+use crate::http1::answer::write_simple;
 use crate::http1::server::Session as ServerSession;
-use crate::http_app::{write_simple, App};
+use crate::listener::App;
 use bytes::Bytes;
 use pingora::server::ShutdownWatch;
 use std::sync::Arc;

@@ -29,8 +29,9 @@ mod rerank;
 mod response_store;
 mod responses;
 
+use crate::http1::answer::write_simple;
 use crate::http1::server::Session as ServerSession;
-use crate::http_app::{write_simple, App};
+use crate::listener::App;
 use audio::Task;
 use bytes::BytesMut;
 use pingora::http::ResponseHeader;

@@ -14,6 +14,7 @@
 //! | `connection_tokens.rs` | the `Connection` field's tokens, and keep-alive by version |
 //! | `sse.rs` | the one reader of server-sent events: line ends, event ends, `data:` values, bounded buffering |
 
+pub mod answer;
 mod chunk_line;
 pub mod connection_tokens;
 mod framing;

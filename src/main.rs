@@ -231,12 +231,12 @@ fn echo(listen: std::net::SocketAddr, word_delay: Duration) -> ExitCode {
             let echo = Arc::new(sluice::echo::Echo::new(word_delay));
             // A test and benchmark backend: streams held for the memory benchmark are idle
             // for an hour, and as many as the process's descriptors allow are wanted.
-            let policy = sluice::connection::ClientPolicy {
+            let policy = sluice::listener::ClientPolicy {
                 idle_timeout: Duration::from_secs(3600),
                 max_connections: 1 << 20,
-                ..sluice::connection::ClientPolicy::standard()
+                ..sluice::listener::ClientPolicy::standard()
             };
-            let (addr, task) = sluice::server::listen(listen, echo, policy, watch).await?;
+            let (addr, task) = sluice::listener::listen(listen, echo, policy, watch).await?;
             log::info!(target: "sluice", listen:% = addr; "echo backend listening");
             let _ = task.await;
             Ok(())
@@ -257,7 +257,7 @@ fn run(path: &Path) -> ExitCode {
     sluice::reload::log_warnings(&config);
     let catalog = Catalog::build(&config, 1);
     // The control runtime: signals, reloads, the admin and echo listeners, health checks.
-    // Clients are served by `threads` event loops of their own (`workers.rs`).
+    // Clients are served by `threads` event loops of their own (`listener/workers.rs`).
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();

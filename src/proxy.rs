@@ -1,5 +1,5 @@
 //! The request path, top to bottom. [`Proxy`] is the client listener's HTTP application
-//! (our `http_app::App`): each request on a connection runs these steps.
+//! (our `listener::App`): each request on a connection runs these steps.
 //!
 //! | step        | what it does                                                          |
 //! |-------------|-----------------------------------------------------------------------|
@@ -41,14 +41,14 @@ use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
-use crate::http_app::App;
+use crate::listener::App;
+use crate::listener::BufferedStream;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
 use crate::response_id::IdIssuer;
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
-use crate::transport::BufferedStream;
 use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
 use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
@@ -115,7 +115,7 @@ impl Proxy {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                // Made JSON, like every answer, by the client transport (`transport.rs`).
+                // Made JSON, like every answer, by the client transport (`listener/transport.rs`).
                 match e.etype() {
                     ErrorType::InvalidHTTPHeader => {
                         let _ = session.respond_error(400).await;

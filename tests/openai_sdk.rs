@@ -22,10 +22,10 @@ async fn echo_backend() -> (String, tokio::sync::watch::Sender<bool>) {
     let (running, watch) = tokio::sync::watch::channel(false);
     let echo = Arc::new(sluice::echo::Echo::new(Duration::from_millis(5)));
     let any_port = "127.0.0.1:0".parse().unwrap();
-    let (addr, _) = sluice::server::listen(
+    let (addr, _) = sluice::listener::listen(
         any_port,
         echo,
-        sluice::connection::ClientPolicy::standard(),
+        sluice::listener::ClientPolicy::standard(),
         watch,
     )
     .await

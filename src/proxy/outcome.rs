@@ -4,10 +4,10 @@
 use super::context::RequestContext;
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
-use crate::connection::RejectionAnswer;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
+use crate::listener::connection::RejectionAnswer;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};

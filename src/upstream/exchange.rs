@@ -227,7 +227,7 @@ pub(super) async fn exchange(
         return Outcome::ClientGone(e);
     }
     if measured.event_stream {
-        crate::http_app::slim_request_header(session);
+        crate::http1::answer::slim_request_header(session);
     }
     let (written, rest) = match held {
         Some(Held::Whole(body)) => (write_body(session, measured, body).await, false),

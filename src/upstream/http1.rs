@@ -15,7 +15,7 @@
 //! `Transfer-Encoding: chunked` (extensions and trailers read and dropped) or by the
 //! connection closing; framing that is malformed or contradictory is a protocol error, as
 //! is a `101`. What it writes: the request header as pingora serializes it and the body,
-//! in as few writes as the transport under it allows (see `transport.rs`).
+//! in as few writes as the transport under it allows (see `listener/transport.rs`).
 
 use super::body::Body;
 use super::request::RequestHead;

@@ -22,7 +22,7 @@ use std::time::Instant;
 /// Largest JSON answer read whole to rewrite its IDs.
 pub(super) const MAX_REWRITTEN_BYTES: usize = 64 << 20;
 /// How much of an answer with a declared length is read before its head goes out: what the
-/// client transport holds before it sends anyway (`transport.rs`), so holding it costs no
+/// client transport holds before it sends anyway (`listener/transport.rs`), so holding it costs no
 /// latency, and an upstream that cuts such an answer leaves nothing sent.
 pub(super) const HELD_BYTES: usize = 64 << 10;
 

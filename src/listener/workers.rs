@@ -5,9 +5,9 @@
 //! and their upstream connections then live on one thread, so serving them never wakes
 //! another thread or moves a task between cores.
 
-use crate::connection::ClientPolicy;
-use crate::http_app::App;
-use crate::server::ConnectionBound;
+use super::accept::{accept_loop, ConnectionBound};
+use super::app::App;
+use super::connection::ClientPolicy;
 use pingora::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -131,7 +131,7 @@ impl<A: App> Worker<A> {
                 }
             };
             let _ = listening.send(Ok(()));
-            crate::server::accept_loop(listener, app, policy, open, stop_accepting).await;
+            accept_loop(listener, app, policy, open, stop_accepting).await;
             let _ = stop.wait_for(|stop| *stop).await;
         });
         // Connections still open at the stop are dropped with the runtime.

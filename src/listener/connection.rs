@@ -1,5 +1,5 @@
 //! The bounds every client connection lives under, kept by the connection's own stream
-//! (`transport.rs`) and moved along by the listener and the request path:
+//! (`listener/transport.rs`) and moved along by the listener and the request path:
 //!
 //! - a request head must arrive whole within `client_header_timeout` (from the accept for
 //!   the first request, from its first byte for later ones), so a head trickled a byte at a

@@ -1,29 +1,9 @@
-//! What the gateway's HTTP apps (the proxy, the admin listener, the echo backend) share:
-//! how our listener (`server.rs`) calls them, writing a whole small response, and handing
-//! the connection back for the next request.
+//! Around an answer: a whole small one written at once (admin and echo answers), and the
+//! request header slimmed once an answer's head is out (for answers that last minutes).
 
-use crate::http1::server::Session as ServerSession;
+use super::server::Session as ServerSession;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::server::ShutdownWatch;
-use std::future::Future;
-
-/// An application served by our listener, one request at a time on a connection.
-///
-/// Not pingora's `HttpServerApp`: that trait takes the session by value and returns a
-/// boxed future, so every request allocated its whole future (about 9 KB for the proxy)
-/// and kept a second copy of the session in it. Here the connection's task owns the
-/// session and the request's future lives inside the task.
-pub trait App: Send + Sync + 'static {
-    /// Serves the next request on `session` (its head not read yet); whether the
-    /// connection may carry another (the listener then finishes the session and reads
-    /// again).
-    fn serve(
-        &self,
-        session: &mut ServerSession,
-        shutdown: &ShutdownWatch,
-    ) -> impl Future<Output = bool> + Send;
-}
 
 /// Lets the request's header go but for what its access record reads once the answer is
 /// over (method, target, version, Host), for an answer that may last minutes (a stream).

@@ -2,7 +2,7 @@
 //! or a request's header and body, leave in one system call instead of one each.
 //!
 //! pingora's own listener gives accepted streams a small write buffer; ours (see
-//! `server.rs`) cannot set it. On loopback each extra `sendto` costs a full trip through
+//! `accept.rs`) cannot set it. On loopback each extra `sendto` costs a full trip through
 //! the TCP stack, which was the largest single cost of a proxied request
 //! (benches/README.md). Writes collect here until a flush.
 //!
@@ -14,7 +14,7 @@
 //!   cannot go on is given up as soon as answer bytes can be read, and those bytes are kept
 //!   for the next read, so the caller can relay the answer instead of timing out.
 
-use crate::connection::{ClientConnection, Outgoing};
+use super::connection::{ClientConnection, Outgoing};
 use async_trait::async_trait;
 use pingora::protocols::raw_connect::ProxyDigest;
 use pingora::protocols::{
