@@ -1,14 +1,16 @@
-//! HTTP/1.1 as the gateway reads and writes it, on the client's side (and the admin and
-//! echo listeners'): request heads read and checked, bodies read by their framing, answers
-//! written, and server-sent events read. It imports nothing of the domain (proxy, upstream
-//! choice, limits, catalog). The upstream side (`upstream/http1.rs`) reads its answers'
-//! bodies with `reader.rs` and its streams with `sse.rs` too.
+//! HTTP/1.1 as the gateway reads and writes it, on both sides: as a server to clients (and
+//! on the admin and echo listeners) and as a client to upstreams. Heads read and checked
+//! (one module, a policy per side), bodies read and written by one framing module, answers
+//! written, server-sent events read. It imports nothing of the domain (see
+//! `docs/architecture.md`, "Layers"; `tests/layers.rs` keeps it so).
 //!
 //! | file | what it holds |
 //! |---|---|
 //! | `server.rs` | one client connection's session: requests read in order, answers written, keep-alive |
-//! | `head.rs` | a request head parsed (`httparse`) and checked: size, fields, authority, framing |
-//! | `framing.rs` | a request body's framing (`Transfer-Encoding`, `Content-Length`), an answer's writing |
+//! | `client.rs` | one upstream connection: the request written, the answer's head and body read, reuse |
+//! | `head.rs` | heads parsed (`httparse`) and checked, a request's and an answer's side by side |
+//! | `framing.rs` | a request's and an upstream answer's framing side by side, an answer's writing |
+//! | `answer.rs` | a whole small answer; the request header slimmed once an answer's head is out |
 //! | `reader.rs` | the reading side of a connection, either end: buffered bytes, a body by length, chunks or close |
 //! | `chunk_line.rs` | the one chunk-size line parser (RFC 9112 §7.1.1) |
 //! | `connection_tokens.rs` | the `Connection` field's tokens, and keep-alive by version |
@@ -16,8 +18,9 @@
 
 pub mod answer;
 mod chunk_line;
+pub mod client;
 pub mod connection_tokens;
-mod framing;
+pub mod framing;
 mod head;
 pub mod reader;
 pub mod server;

@@ -21,7 +21,6 @@
 //! | `call.rs`     | one request's call to an upstream, and what its exchanges measured |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
 //! | `send.rs`     | the request out and the answer's head back, on a pooled or fresh connection |
-//! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
 //! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
@@ -34,7 +33,6 @@ mod error_record;
 mod exchange;
 mod gate;
 mod health;
-mod http1;
 mod pool;
 mod probe;
 mod relay;

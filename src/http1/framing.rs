@@ -1,5 +1,9 @@
-//! How a request's body is framed (read by `reader.rs`), and how an answer's body
-//! is written.
+//! How a message's body is framed, side by side for the two sides: a client's request
+//! (read by `reader.rs`), an upstream's answer (read by `client.rs` with `reader.rs`), and
+//! an answer the gateway writes. Requests are held to the stricter rule (one `chunked`
+//! coding and no list, `Transfer-Encoding` never on HTTP/1.0; with both framings the length
+//! is dropped and the connection closed); an upstream's answer to one `chunked` field and
+//! agreeing lengths, chunked winning over a length (RFC 9112 §6.3).
 
 use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
@@ -55,6 +59,38 @@ pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
         reading: Reading::Length(length.unwrap_or(0)),
         drop_content_length: false,
     })
+}
+
+/// How an upstream framed its answer's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+    /// Neither: the body ends when the connection closes.
+    Close,
+}
+
+/// An answer's framing that is malformed or contradictory.
+#[derive(Debug, PartialEq, Eq)]
+pub struct AmbiguousFraming;
+
+/// An upstream answer's body framing, if it is one a client can be given unambiguously:
+/// one `Transfer-Encoding: chunked` field, or `Content-Length` values that all agree.
+pub fn response_framing(headers: &HeaderMap) -> std::result::Result<Framing, AmbiguousFraming> {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(coding) = codings.next() {
+        let chunked = coding
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked");
+        return if chunked && codings.next().is_none() {
+            Ok(Framing::Chunked)
+        } else {
+            Err(AmbiguousFraming)
+        };
+    }
+    let length = content_length(headers).map_err(|_| AmbiguousFraming)?;
+    Ok(length.map_or(Framing::Close, Framing::Length))
 }
 
 /// How an answer's body is written, and how much of it is left.
@@ -154,6 +190,40 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use tokio::net::{TcpListener, TcpStream};
+
+    fn fields(headers: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn an_answer_framed_ambiguously_is_refused() {
+        for framing in [
+            [("content-length", "5"), ("content-length", "6")],
+            [("content-length", "+5"), ("x-other", "1")],
+            [("transfer-encoding", "identity"), ("x-other", "1")],
+            [("transfer-encoding", "chunked, identity"), ("x-other", "1")],
+            [("transfer-encoding", "gzip"), ("content-length", "5")],
+        ] {
+            assert_eq!(
+                response_framing(&fields(&framing)).unwrap_err(),
+                AmbiguousFraming,
+                "{framing:?} is refused"
+            );
+        }
+        let both = fields(&[("transfer-encoding", "Chunked"), ("content-length", "9")]);
+        assert_eq!(
+            response_framing(&both),
+            Ok(Framing::Chunked),
+            "chunked wins"
+        );
+    }
 
     #[tokio::test]
     async fn a_body_longer_than_its_length_is_refused_not_cut_to_fit() {

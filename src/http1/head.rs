@@ -1,14 +1,27 @@
-//! A client's request head: parsed out of the connection's buffer (`httparse`), checked
-//! by pingora's rules (framing, authority), made a `RequestHeader` whose fields share the
-//! head's bytes; and when a head being read is worth parsing again.
+//! Heads read on both sides, one module with a policy per side:
+//!
+//! - a client's request head: parsed out of the connection's buffer (`httparse`), at most
+//!   `max_header_bytes` and [`MAX_FIELDS`] fields (else 431), checked (framing, authority),
+//!   made a `RequestHeader` whose fields share the head's bytes; and when a head being read
+//!   is worth parsing again;
+//! - an upstream's response head: at most [`MAX_RESPONSE_HEAD_BYTES`] (checked by the
+//!   caller as it reads) and [`MAX_FIELDS`] fields, spaces after a field name tolerated,
+//!   the fields copied out (an answer's head is dropped once parsed), the framing checked.
+//!
+//! Both refuse a head `httparse` refuses, a field name or value `http` refuses, and more
+//! than [`MAX_FIELDS`] fields.
 
-use super::framing::request_framing;
-use super::server::MAX_FIELDS;
+use super::framing::{request_framing, response_framing, Framing};
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::http1::reader::{MessageReader, Reading};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Version};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, OrErr, Result};
+
+/// Most fields a head may have, on either side.
+pub const MAX_FIELDS: usize = 256;
+/// Largest response head (status line and fields) read before it is refused.
+pub const MAX_RESPONSE_HEAD_BYTES: usize = 128 << 10;
 
 /// A request head read whole.
 pub(super) struct Head {
@@ -113,6 +126,80 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
             && ConnectionTokens::of(&request.headers).keep_alive(request.version),
         reading: framing.reading,
         request,
+    }))
+}
+
+/// An upstream's response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// How its body is framed.
+    pub framing: Framing,
+}
+
+/// Parses a whole response head at the front of `reader`'s buffer and takes it out; `None`
+/// when more bytes are needed.
+pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<ResponseHead>> {
+    if reader.buffered().is_empty() {
+        return Ok(None);
+    }
+    // Left uninitialized until parsed: 256 empty fields are 8 KiB to fill on every
+    // parse (~0.6k instructions a response, benches/README.md).
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
+    let mut response = httparse::Response::new(&mut []);
+    let mut config = httparse::ParserConfig::default();
+    config.allow_spaces_after_header_name_in_responses(true);
+    let parsed =
+        config.parse_response_with_uninit_headers(&mut response, reader.buffered(), &mut fields);
+    let length = match parsed {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => {
+            return Err(Error::because(
+                ErrorType::InvalidHTTPHeader,
+                "an unreadable response head",
+                e,
+            ))
+        }
+    };
+    // `ok_or_else`: pingora's `OkOrErr::or_err` builds its error (an allocation) even
+    // when there is none to report, twice a response (benches/README.md).
+    let status = response
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or_else(|| {
+            Error::explain(
+                ErrorType::InvalidHTTPHeader,
+                "a response status out of range",
+            )
+        })?;
+    let version = if response.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .or_err(ErrorType::InvalidHTTPHeader, "a response field name")?;
+        let value = HeaderValue::from_bytes(field.value)
+            .or_err(ErrorType::InvalidHTTPHeader, "a response field value")?;
+        headers.append(name, value);
+    }
+    let framing = response_framing(&headers).map_err(|_| {
+        Error::explain(
+            ErrorType::InvalidHTTPHeader,
+            "a response body framed ambiguously",
+        )
+    })?;
+    reader.consume(length);
+    Ok(Some(ResponseHead {
+        status,
+        version,
+        headers,
+        framing,
     }))
 }
 

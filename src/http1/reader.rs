@@ -1,6 +1,6 @@
 //! The reading side of an HTTP/1 connection, either end: the bytes read and not yet used,
 //! and a message body handed out chunk by chunk by its framing. Heads are parsed by the
-//! owner (`http1/server.rs` for requests, `upstream/http1.rs` for responses) from
+//! owner (`http1/server.rs` for requests, `http1/client.rs` for responses) from
 //! [`MessageReader::buffered`]; bodies are read here.
 //!
 //! A waiting connection holds no read buffer: a read goes through one scratch buffer per

@@ -49,7 +49,7 @@ use tokio::io::AsyncWriteExt;
 /// 32 KiB, as nginx's default buffers allow (1 KiB, then 4 × 8 KiB).
 pub const DEFAULT_MAX_HEAD_BYTES: usize = 32 << 10;
 /// Most fields a request head may have, as pingora allowed.
-pub const MAX_FIELDS: usize = 256;
+pub use super::head::MAX_FIELDS;
 
 /// One client connection, between requests or inside one.
 pub struct Session {

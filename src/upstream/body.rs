@@ -2,6 +2,7 @@
 //! stored response's upstream ID) spliced in, or an upload read back from its spool with
 //! the `model` field renamed, or nothing.
 
+use crate::http1::client::WriteBody;
 use crate::request_body::{for_target, Edits, ModelRequest};
 use crate::spool::Spool;
 use bytes::Bytes;
@@ -73,9 +74,11 @@ impl Body {
             }
         }
     }
+}
 
+impl WriteBody for Body {
     /// Writes it to the upstream.
-    pub async fn write(&self, stream: &mut Stream) -> pingora::Result<()> {
+    async fn write_body(&self, stream: &mut Stream) -> pingora::Result<()> {
         match self {
             Body::Bytes(bytes) => write(stream, bytes).await,
             Body::Spooled { spool, splice } => {

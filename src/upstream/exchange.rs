@@ -13,17 +13,18 @@
 
 use super::call::{bounded, Call, Exchange, Outgoing};
 use super::error_record::UpstreamErrorRecord;
-use super::http1::Http1;
 use super::pool::Pool;
 use super::relay::{
     model_named, read_held, relay_body, Edit, Held, Passing, Reading, HEAD_BYTES, HELD_BYTES,
     MAX_REWRITTEN_BYTES,
 };
-use super::response::{is_event_stream, response_header, upstream_retry_after, Framing};
+use super::response::{is_event_stream, response_header, upstream_retry_after};
 use super::send::{send, Answer, Early, NoAnswer, Request};
 use super::verdict::{hands_back, Connection, EarlyFailure, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
+use crate::http1::client::Http1;
+use crate::http1::framing::Framing;
 use crate::http1::server::Session;
 use crate::http1::sse::EventReader;
 use crate::metrics::Metrics;

@@ -2,12 +2,11 @@
 //! that must answer 2xx in time. A pass clears a passive ejection at once; a failure counts
 //! like a failed request (both through [`Upstreams::record`]).
 
-use super::body::Body;
 use super::health::HealthEffect;
-use super::http1::Http1;
 use super::request::check_header;
 use super::Upstreams;
 use crate::catalog::{Catalog, Upstream};
+use crate::http1::client::Http1;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -103,9 +102,8 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
         .map_err(|_| CheckFailure::Connect)?;
     let mut connection = Http1::new(stream);
     let exchange_failed = |_| CheckFailure::Exchange;
-    let empty = Body::Bytes(bytes::Bytes::new());
     connection
-        .send(&header, &empty)
+        .send(header.wire(), header.is_head(), &bytes::Bytes::new())
         .await
         .map_err(exchange_failed)?;
     let status = connection

@@ -6,10 +6,10 @@
 
 use super::call::{bounded, Call, Exchange};
 use super::error_record::KEPT_BODY_BYTES;
-use super::http1::Http1;
 use super::verdict::{AfterCut, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
+use crate::http1::client::Http1;
 use crate::http1::server::Session;
 use crate::http1::sse::{EventReader, EventTail, TooLong};
 use crate::respond::stream_error_event;

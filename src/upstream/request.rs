@@ -165,16 +165,6 @@ impl RequestHead {
         self.head
     }
 
-    /// A head with these fields, names written as given.
-    #[cfg(test)]
-    pub(super) fn written(method: Method, target: &str, fields: &[(&str, &str)]) -> Self {
-        let mut head = RequestHead::new(&method, target, fields.len()).unwrap();
-        for (name, value) in fields {
-            head.checked_field(name, &[value.as_bytes()]).unwrap();
-        }
-        head.finish()
-    }
-
     /// The target and fields read back from the wire.
     #[cfg(test)]
     fn read_back(&self) -> (String, Vec<(String, String)>) {

@@ -2,10 +2,11 @@
 //! checked, origin-scoped and connection-level fields removed, framing set by the gateway),
 //! whether it is an event stream, and what an upstream's 429 asks us to wait.
 
-use super::http1::Head;
+use crate::http1::client::Head;
 use crate::http1::connection_tokens::ConnectionTokens;
+use crate::http1::framing::Framing;
 use http::header::{self, HeaderName};
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 use pingora::http::ResponseHeader;
 use std::time::Duration;
 
@@ -35,37 +36,8 @@ fn not_forwarded_down(name: &str) -> bool {
 pub enum InvalidResponse {
     /// The status is not one HTTP defines (100-599).
     Status(u16),
-    /// `Content-Length` or `Transfer-Encoding` is malformed or contradictory.
+    /// A gateway header value that cannot be sent.
     Framing,
-}
-
-/// How an upstream framed its response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    Length(u64),
-    Chunked,
-    /// Neither: the body ends when the connection closes.
-    Close,
-}
-
-/// The upstream's body framing, if it is one a client can be given unambiguously: one
-/// `Transfer-Encoding: chunked`, or `Content-Length` values that all agree.
-pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    if let Some(coding) = codings.next() {
-        let chunked = coding
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked");
-        return if chunked && codings.next().is_none() {
-            Ok(Framing::Chunked)
-        } else {
-            Err(InvalidResponse::Framing)
-        };
-    }
-    let length =
-        crate::http1::reader::content_length(headers).map_err(|_| InvalidResponse::Framing)?;
-    Ok(length.map_or(Framing::Close, Framing::Length))
 }
 
 /// The response header passed to the client: the upstream's status and end-to-end fields,
@@ -174,6 +146,7 @@ pub fn upstream_retry_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
     use std::time::{SystemTime, UNIX_EPOCH};
 
     #[test]
@@ -212,7 +185,7 @@ mod tests {
         Head {
             status: http::StatusCode::from_u16(status).unwrap(),
             version: http::Version::HTTP_11,
-            framing: framing(&headers).unwrap(),
+            framing: crate::http1::framing::response_framing(&headers).unwrap(),
             headers,
         }
     }
@@ -253,19 +226,6 @@ mod tests {
             response_header(from_upstream(999, &[]), &[]).unwrap_err(),
             InvalidResponse::Status(999)
         );
-        for framing in [
-            [("content-length", "5"), ("content-length", "6")],
-            [("content-length", "+5"), ("x-other", "1")],
-            [("transfer-encoding", "identity"), ("x-other", "1")],
-            [("transfer-encoding", "chunked, identity"), ("x-other", "1")],
-            [("transfer-encoding", "gzip"), ("content-length", "5")],
-        ] {
-            assert_eq!(
-                super::framing(&fields(&framing)).unwrap_err(),
-                InvalidResponse::Framing,
-                "{framing:?} is refused"
-            );
-        }
         let chunked = from_upstream(
             200,
             &[("transfer-encoding", "Chunked"), ("content-length", "9")],

@@ -4,10 +4,10 @@
 //! request (a 413 for a large body) has that answer relayed.
 
 use super::call::{Call, Outgoing};
-use super::http1::{Head, Http1};
 use super::pool::Pool;
 use super::verdict::{failure_of, read_failure, send_failed, Connection, EarlyFailure, Reached};
 use crate::error::RequestError;
+use crate::http1::client::{Head, Http1};
 use crate::http1::server::Session;
 use crate::listener::BufferedStream;
 use pingora::protocols::Stream;
@@ -94,7 +94,11 @@ pub(super) async fn send(
     // Sending is bounded by the same deadline as the first byte: a stalled upstream that
     // stops reading must not hold the request forever.
     let deadline = tokio::time::Instant::from_std(first_byte_by);
-    let sent = upstream_connection.send(&outgoing.header, &outgoing.body);
+    let sent = upstream_connection.send(
+        outgoing.header.wire(),
+        outgoing.header.is_head(),
+        &outgoing.body,
+    );
     let request = match tokio::time::timeout_at(deadline, sent).await {
         Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
         Ok(Err(e)) => {

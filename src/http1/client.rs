@@ -10,38 +10,43 @@
 //! once it went out (benches/README.md has the measurements). It is also one header map
 //! built per response instead of two.
 //!
-//! What it reads: a status line and fields (`httparse`, at most 256 fields and
+//! What it reads: a status line and fields (`head.rs`, at most 256 fields and
 //! [`MAX_HEAD_BYTES`]), interim 1xx heads skipped, a body framed by `Content-Length`, by
 //! `Transfer-Encoding: chunked` (extensions and trailers read and dropped) or by the
 //! connection closing; framing that is malformed or contradictory is a protocol error, as
-//! is a `101`. What it writes: the request header as pingora serializes it and the body,
-//! in as few writes as the transport under it allows (see `listener/transport.rs`).
+//! is a `101`. What it writes: the request head's bytes as the caller wrote them and the
+//! body, in as few writes as the transport under it allows (`listener/transport.rs`).
 
-use super::body::Body;
-use super::request::RequestHead;
-use super::response::{framing, Framing};
-use crate::http1::connection_tokens::ConnectionTokens;
-use crate::http1::reader::{Chunk, MessageReader, Reading};
+use super::connection_tokens::ConnectionTokens;
+use super::framing::Framing;
+use super::head::{parse_response, ResponseHead};
+use super::reader::{Chunk, MessageReader, Reading};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use http::{StatusCode, Version};
 use pingora::protocols::Shutdown;
 use pingora::protocols::Stream;
 use pingora::{Error, ErrorType, OrErr, Result};
+use std::future::Future;
 use tokio::io::AsyncWriteExt;
 
-/// Largest response head (status line and fields) read before it is refused.
-pub const MAX_HEAD_BYTES: usize = 128 << 10;
-/// Most fields a response head may have.
-const MAX_FIELDS: usize = 256;
+pub use super::head::MAX_RESPONSE_HEAD_BYTES as MAX_HEAD_BYTES;
 
 /// A response head, interim ones skipped.
-#[derive(Debug)]
-pub struct Head {
-    pub status: StatusCode,
-    pub version: Version,
-    pub headers: HeaderMap,
-    /// How its body is framed.
-    pub framing: Framing,
+pub type Head = ResponseHead;
+
+/// A request body, written after its head.
+pub trait WriteBody: Sync {
+    /// Writes the body to `stream` (the caller flushes).
+    fn write_body(&self, stream: &mut Stream) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl WriteBody for Bytes {
+    async fn write_body(&self, stream: &mut Stream) -> Result<()> {
+        stream
+            .write_all(self)
+            .await
+            .or_err(ErrorType::WriteError, "writing the request body")
+    }
 }
 
 /// One upstream connection speaking HTTP/1.1.
@@ -62,15 +67,21 @@ impl Http1 {
         }
     }
 
-    /// Writes the request header and body and flushes them.
-    pub async fn send(&mut self, head: &RequestHead, body: &Body) -> Result<()> {
-        self.head_request = head.is_head();
+    /// Writes the request head (its bytes, blank line included; a `HEAD` request's answer
+    /// has no body whatever its fields say) and body, and flushes them.
+    pub async fn send(
+        &mut self,
+        head: &[u8],
+        head_request: bool,
+        body: &impl WriteBody,
+    ) -> Result<()> {
+        self.head_request = head_request;
         let stream = &mut self.reader.stream;
         stream
-            .write_all(head.wire())
+            .write_all(head)
             .await
             .or_err(ErrorType::WriteError, "writing the request header")?;
-        body.write(stream).await?;
+        body.write_body(stream).await?;
         stream
             .flush()
             .await
@@ -80,7 +91,7 @@ impl Http1 {
     /// Reads the next final response head, skipping interim (1xx) ones.
     pub async fn read_head(&mut self) -> Result<Head> {
         loop {
-            if let Some(head) = self.parse_head()? {
+            if let Some(head) = parse_response(&mut self.reader)? {
                 if head.status.is_informational() {
                     if head.status == StatusCode::SWITCHING_PROTOCOLS {
                         return Error::e_explain(ErrorType::H1Error, "a 101 nobody asked for");
@@ -128,73 +139,6 @@ impl Http1 {
     /// Closes the connection (a TLS one with its close notification).
     pub async fn shutdown(&mut self) {
         Shutdown::shutdown(&mut *self.reader.stream).await;
-    }
-
-    /// A whole head at the front of the buffer, taken out of it; `None` when more bytes are
-    /// needed.
-    fn parse_head(&mut self) -> Result<Option<Head>> {
-        if self.reader.buffered().is_empty() {
-            return Ok(None);
-        }
-        // Left uninitialized until parsed: 256 empty fields are 8 KiB to fill on every
-        // parse (~0.6k instructions a response, benches/README.md, ninth session).
-        let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
-        let mut response = httparse::Response::new(&mut []);
-        let mut config = httparse::ParserConfig::default();
-        config.allow_spaces_after_header_name_in_responses(true);
-        let parsed = config.parse_response_with_uninit_headers(
-            &mut response,
-            self.reader.buffered(),
-            &mut fields,
-        );
-        let length = match parsed {
-            Ok(httparse::Status::Complete(length)) => length,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => {
-                return Err(Error::because(
-                    ErrorType::InvalidHTTPHeader,
-                    "an unreadable response head",
-                    e,
-                ))
-            }
-        };
-        // `ok_or_else`: pingora's `OkOrErr::or_err` builds its error (an allocation) even
-        // when there is none to report, twice a response (benches/README.md, ninth session).
-        let status = response
-            .code
-            .and_then(|code| StatusCode::from_u16(code).ok())
-            .ok_or_else(|| {
-                Error::explain(
-                    ErrorType::InvalidHTTPHeader,
-                    "a response status out of range",
-                )
-            })?;
-        let version = if response.version == Some(0) {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        };
-        let mut headers = HeaderMap::with_capacity(response.headers.len());
-        for field in response.headers.iter() {
-            let name = HeaderName::from_bytes(field.name.as_bytes())
-                .or_err(ErrorType::InvalidHTTPHeader, "a response field name")?;
-            let value = HeaderValue::from_bytes(field.value)
-                .or_err(ErrorType::InvalidHTTPHeader, "a response field value")?;
-            headers.append(name, value);
-        }
-        let framing = framing(&headers).map_err(|_| {
-            Error::explain(
-                ErrorType::InvalidHTTPHeader,
-                "a response body framed ambiguously",
-            )
-        })?;
-        self.reader.consume(length);
-        Ok(Some(Head {
-            status,
-            version,
-            headers,
-            framing,
-        }))
     }
 
     /// Sets how the body of a final head is read, and whether the connection outlives it.
