@@ -4,10 +4,11 @@
 use crate::clock::WallClock;
 use crate::config::{Config, KeyConfig, ProviderStyle, UpstreamConfig, UpstreamPolicy};
 use crate::endpoint::EndpointType;
+use crate::error::Inactive;
 use crate::glob;
+use crate::peer::PoolPeer;
 use crate::response_id::IdKeys;
 use crate::secret::{KeyHash, Secret};
-use crate::upstream::PoolPeer;
 use bytes::Bytes;
 use pingora::upstreams::peer::HttpPeer;
 use std::collections::{BTreeMap, HashMap};
@@ -84,28 +85,6 @@ pub struct Key {
     pub max_concurrent: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub tokens_per_day: Option<NonZeroU64>,
-}
-
-/// Why a known key is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inactive {
-    /// `disabled: true` (or `enabled: false`).
-    Disabled,
-    /// Before its `not_before`.
-    NotYetValid { from_unix_ms: i64 },
-    /// At or after its `expires_at`.
-    Expired { at_unix_ms: i64 },
-}
-
-impl Inactive {
-    /// The reason as the admin view names it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Inactive::Disabled => "disabled",
-            Inactive::NotYetValid { .. } => "not_yet_valid",
-            Inactive::Expired { .. } => "expired",
-        }
-    }
 }
 
 impl Key {

@@ -1,6 +1,10 @@
 //! Endpoint types: the families of routes a model can serve (DESIGN §4.2), and for each
 //! route how the gateway finds the model and what it checks of the request.
 
+/// Largest output limit a request may ask for (`max_tokens` and its kin), and a model
+/// route's `default_max_tokens`.
+pub const MAX_OUTPUT_TOKENS: u64 = i32::MAX as u64;
+
 /// What a model serves. A model has one `endpoint_type` and may accept the routes of more
 /// through `endpoints`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,9 +4,30 @@
 //! about, and a one-sentence message a user can act on. `respond.rs` renders it; nothing
 //! else builds error JSON.
 
-use crate::catalog::Inactive;
 use crate::clock::rfc3339;
 use std::time::Duration;
+
+/// Why a known key is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inactive {
+    /// `disabled: true` (or `enabled: false`).
+    Disabled,
+    /// Before its `not_before`.
+    NotYetValid { from_unix_ms: i64 },
+    /// At or after its `expires_at`.
+    Expired { at_unix_ms: i64 },
+}
+
+impl Inactive {
+    /// The reason as the admin view names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Inactive::Disabled => "disabled",
+            Inactive::NotYetValid { .. } => "not_yet_valid",
+            Inactive::Expired { .. } => "expired",
+        }
+    }
+}
 
 /// A failure the gateway answers itself, in the OpenAI error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,7 @@ pub mod listener;
 pub mod logger;
 pub mod metrics;
 pub mod multipart;
+pub mod peer;
 pub mod percent;
 pub mod proxy;
 pub mod reload;

@@ -11,6 +11,22 @@ use prometheus::{
 };
 use std::sync::Arc;
 
+/// The `reason` of a resend after no connection could be opened.
+pub const CONNECT_FAILED: &str = "connect_failed";
+/// The `reason` of a resend after a handed-back 429.
+pub const RATE_LIMITED: &str = "rate_limited";
+/// Every `reason` of `sluice_upstream_retries_total` (the resend decisions are
+/// `upstream/verdict.rs`'s; the label set is the registry's).
+pub const RESEND_REASONS: [&str; 7] = [
+    CONNECT_FAILED,
+    RATE_LIMITED,
+    "status_500",
+    "status_502",
+    "status_503",
+    "status_504",
+    "first_byte_timeout",
+];
+
 /// Label value for a request that named no known key or model.
 pub const UNKNOWN: &str = "unknown";
 
@@ -406,7 +422,7 @@ impl Metrics {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);
             }
-            for reason in crate::upstream::RESEND_REASONS {
+            for reason in RESEND_REASONS {
                 self.upstream_retries.with_label_values(&[upstream, reason]);
             }
             for code in UPSTREAM_CODES {

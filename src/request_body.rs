@@ -8,7 +8,7 @@
 //! A top-level key written twice is refused: JSON parsers disagree on which copy wins, and
 //! the upstream must never act on a `model`, `stream` or `tools` other than the one checked.
 
-use crate::endpoint::EndpointType;
+use crate::endpoint::{EndpointType, MAX_OUTPUT_TOKENS};
 use crate::error::RequestError;
 use crate::json_object::{self, Object};
 use bytes::{Bytes, BytesMut};
@@ -39,9 +39,6 @@ pub struct ModelRequest {
     /// Offset just past the body's opening brace (where a member can be added).
     members_start: usize,
 }
-
-/// Largest output limit a request may ask for.
-pub const MAX_OUTPUT_TOKENS: u64 = i32::MAX as u64;
 
 /// What changes in a JSON body on its way to a target.
 #[derive(Debug, Clone, Copy, Default)]

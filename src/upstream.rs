@@ -46,9 +46,9 @@ pub use call::Exchange;
 pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
-pub use pool::{Pool, PoolPeer};
+pub use pool::Pool;
 pub use probe::{run as run_checks, CheckContext};
-pub use verdict::{AfterCut, RESEND_REASONS};
+pub use verdict::AfterCut;
 
 use crate::clock::Clock;
 use dashmap::DashMap;
@@ -137,6 +137,7 @@ pub(crate) fn test_upstream(
     eject_duration: Duration,
     eject_duration_max: Duration,
 ) -> crate::catalog::Upstream {
+    use crate::peer::PoolPeer;
     use pingora::upstreams::peer::HttpPeer;
     crate::catalog::Upstream {
         name: "u".into(),

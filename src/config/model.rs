@@ -6,7 +6,7 @@ use super::raw::{RawModel, RawTarget};
 use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
 use crate::endpoint::EndpointType;
-use crate::request_body::MAX_OUTPUT_TOKENS;
+use crate::endpoint::MAX_OUTPUT_TOKENS;
 
 /// Output tokens reserved for a request that names no limit, unless the model says.
 const DEFAULT_MAX_TOKENS: u64 = 1024;

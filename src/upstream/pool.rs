@@ -11,6 +11,7 @@
 //! peer's idle timeout is closed then, by a sweeper task that runs on the pool's event loop
 //! while the pool holds connections (a gateway that goes quiet keeps none open).
 
+use crate::peer::PoolPeer;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::{HttpPeer, Peer};
@@ -22,30 +23,6 @@ use tokio::time::Instant;
 
 /// Idle connections a pool keeps, all upstreams together.
 pub const IDLE_CONNECTIONS: usize = 128;
-
-/// A peer with its pool key (`Peer::reuse_hash`: address, TLS settings, SNI), worked out
-/// once when the catalog is built: hashing the peer at every take and give-back cost ~150
-/// instructions each (benches/README.md, ninth session).
-#[derive(Debug)]
-pub struct PoolPeer {
-    peer: HttpPeer,
-    key: u64,
-}
-
-impl PoolPeer {
-    pub fn new(peer: HttpPeer) -> Self {
-        let key = peer.reuse_hash();
-        PoolPeer { peer, key }
-    }
-}
-
-impl std::ops::Deref for PoolPeer {
-    type Target = HttpPeer;
-
-    fn deref(&self) -> &HttpPeer {
-        &self.peer
-    }
-}
 
 /// Keep-alive connections to every upstream, least recently used first.
 pub struct Pool {
@@ -95,7 +72,7 @@ impl Pool {
 
     /// The most recently used idle connection to `peer`, if one has not expired.
     pub fn take(&self, peer: &PoolPeer) -> Option<Stream> {
-        let hash = peer.key;
+        let hash = peer.key();
         let now = Instant::now();
         let mut shelf = self.shelf();
         let idle = &mut shelf.connections;
@@ -124,7 +101,7 @@ impl Pool {
                 .then(|| idle.pop_front())
                 .flatten();
             idle.push_back(Idle {
-                peer: peer.key,
+                peer: peer.key(),
                 stream,
                 expires,
             });

@@ -91,20 +91,7 @@ pub enum Next {
     Fallback,
 }
 
-/// The `reason` of a resend after no connection could be opened.
-pub const CONNECT_FAILED: &str = "connect_failed";
-/// The `reason` of a resend after a handed-back 429.
-pub const RATE_LIMITED: &str = "rate_limited";
-/// Every `reason` of `sluice_upstream_retries_total`.
-pub const RESEND_REASONS: [&str; 7] = [
-    CONNECT_FAILED,
-    RATE_LIMITED,
-    "status_500",
-    "status_502",
-    "status_503",
-    "status_504",
-    "first_byte_timeout",
-];
+pub use crate::metrics::{CONNECT_FAILED, RATE_LIMITED};
 
 /// The `reason` label of a resend after `failure`.
 fn reason(failure: RetryOn) -> &'static str {
