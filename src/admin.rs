@@ -15,6 +15,15 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Whether the gateway takes requests: not draining, and not refusing every request
+    /// for a limits store that is down under `on_error: closed`.
+    fn ready(&self) -> bool {
+        let refusing = self.gateway.limits_store.as_ref().is_some_and(|store| {
+            store.config.on_error == crate::config::OnStoreError::Closed && !store.is_up()
+        });
+        !self.gateway.is_draining() && !refusing
+    }
+
     /// `/readyz`'s body: whether the gateway takes requests, and each upstream's state (for
     /// people; the status code alone decides readiness).
     fn readiness(&self) -> Bytes {
@@ -33,11 +42,13 @@ impl Admin {
             .collect();
         let status = if self.gateway.is_draining() {
             "draining"
+        } else if !self.ready() {
+            "limits_unavailable"
         } else {
             "ready"
         };
-        // The shared limits store's state, for people: a store that is down does not make
-        // the gateway unready (on_error decides what admission does meanwhile).
+        // The shared limits store's state. A store that is down makes the gateway unready
+        // only under `on_error: closed`, where every request would be refused.
         let limits_store = self.gateway.limits_store.as_ref().map(|store| {
             serde_json::json!({
                 "state": if store.is_up() { "up" } else { "down" },
@@ -66,7 +77,7 @@ impl Admin {
             ),
             ("GET", "/healthz") => (200, "text/plain", Bytes::from_static(b"ok\n")),
             ("GET", "/readyz") => {
-                let status = if self.gateway.is_draining() { 503 } else { 200 };
+                let status = if self.ready() { 200 } else { 503 };
                 (status, "application/json", self.readiness())
             }
             ("GET", "/keys") => (200, "application/json", json(&keys::list(&self.gateway))),

@@ -43,6 +43,9 @@ impl Gateway {
         declare_series(&metrics, &catalog);
         metrics.config_generation.set(catalog.generation as i64);
         metrics.config_last_success.set(unix_seconds());
+        if catalog.limits_store.is_some() {
+            metrics.declare_limits_store();
+        }
         let limits_store = catalog.limits_store.clone().and_then(|config| {
             Store::new(config, &metrics)
                 .map_err(|e| log::error!(target: "sluice::limits", error:% = e; "limits store not usable; limits stay in this process"))

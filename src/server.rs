@@ -197,6 +197,9 @@ pub async fn start_on(
         Arc::clone(&gateway),
         rest_watch.clone(),
     ));
+    if let Some(store) = &gateway.limits_store {
+        store.check().await;
+    }
     let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
     let (admin_addr, _) = listen(
         config.admin_listen,
