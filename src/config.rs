@@ -10,6 +10,7 @@
 //! `upstream`, `model` and `key`, from the serde shapes in `raw` as `parsed` reads them,
 //! with the error collector and scalar checks of `values`.
 
+mod admin;
 mod key;
 mod model;
 mod parsed;
@@ -23,6 +24,7 @@ mod tracing;
 mod upstream;
 mod values;
 
+pub use admin::ENV_TOKEN_NAME;
 pub use values::{name_problem, parse_size, text_problem};
 
 use crate::clock::{SystemWallClock, WallClock};
@@ -118,6 +120,16 @@ pub struct Config {
     /// `response_ids:`: what stored-response IDs are signed with; `None`: a secret of
     /// this process alone.
     pub response_ids: Option<ResponseIdSecrets>,
+    /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
+    /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
+    pub admin_tokens: Vec<AdminToken>,
+}
+
+/// A token of the admin listener: its name (in audit lines) and the SHA-256 of its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    pub hash: KeyHash,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
@@ -468,6 +480,13 @@ pub fn parse_with(
         upstreams_readable.then_some(declared.as_slice()),
     );
     let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let admin_tokens = admin::admin_tokens(
+        &mut errors,
+        raw.admin_token_env.as_deref(),
+        raw.admin_tokens,
+        settings.admin_listen(),
+        env,
+    );
     let serves_responses = models.iter().any(|m| {
         m.endpoints
             .contains(&crate::endpoint::EndpointType::Responses)
@@ -502,5 +521,6 @@ pub fn parse_with(
     config.limits_store = limits_store;
     config.tracing = tracing;
     config.response_ids = response_ids;
+    config.admin_tokens = admin_tokens;
     Ok(config)
 }

@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod glob;
 pub mod http_app;
 pub mod json_object;
+pub mod key_switches;
 pub mod limits;
 pub mod logger;
 pub mod message_reader;

@@ -200,7 +200,14 @@ pub async fn start_on(
     if let Some(store) = &gateway.limits_store {
         store.check().await;
     }
-    let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
+    tokio::spawn(crate::key_switches::keep_fresh(
+        Arc::clone(&gateway),
+        rest_watch.clone(),
+    ));
+    let admin = Arc::new(crate::admin::Admin::new(
+        Arc::clone(&gateway),
+        config.admin_listen.ip().is_loopback(),
+    ));
     let (admin_addr, _) = listen(
         config.admin_listen,
         admin,
