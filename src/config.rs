@@ -12,6 +12,7 @@
 
 mod admin;
 mod key;
+mod keys_alone;
 mod model;
 mod parsed;
 mod provider;
@@ -24,7 +25,8 @@ mod tracing;
 mod upstream;
 mod values;
 
-pub use admin::ENV_TOKEN_NAME;
+pub use admin::{AdminToken, ENV_TOKEN_NAME};
+pub use keys_alone::with_keys_file;
 pub use values::{name_problem, parse_size, text_problem};
 
 use crate::clock::{SystemWallClock, WallClock};
@@ -123,13 +125,6 @@ pub struct Config {
     /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
     /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
     pub admin_tokens: Vec<AdminToken>,
-}
-
-/// A token of the admin listener: its name (in audit lines) and the SHA-256 of its value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminToken {
-    pub name: String,
-    pub hash: KeyHash,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
@@ -385,32 +380,6 @@ pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, Config
         lookup,
     )?;
     config.keys_file = keys_file;
-    Ok(config)
-}
-
-/// `running` with its keys read again from `keys_text` (the keys file) alone, so a change
-/// to the keys file (a revocation) applies even while the configuration file has an error.
-/// `config_text` is the configuration as it was last loaded: it is checked again with the
-/// new keys (names and hashes unique, labels, patterns), without resolving host names,
-/// and only the keys (and the warnings about them) are taken from it.
-pub fn with_keys_file(
-    running: &Config,
-    config_file: &Path,
-    config_text: &str,
-    keys_file: &Path,
-    keys_text: &str,
-) -> Result<Config, ConfigErrors> {
-    let env = |name: &str| std::env::var(name).ok();
-    let checked = parse_with(
-        &config_file.display().to_string(),
-        config_text,
-        Some((&keys_file.display().to_string(), keys_text)),
-        &env,
-        HostLookup::Skip,
-    )?;
-    let mut config = running.clone();
-    config.keys = checked.keys;
-    config.warnings = checked.warnings;
     Ok(config)
 }
 

@@ -5,9 +5,15 @@ use super::parsed::items;
 use super::raw::RawAdminToken;
 use super::upstream::credential;
 use super::values::{check_unique, required_name, Errors};
-use super::AdminToken;
 use crate::secret::KeyHash;
 use std::net::SocketAddr;
+
+/// A token of the admin listener: its name (in audit lines) and the SHA-256 of its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    pub hash: KeyHash,
+}
 
 /// The name `admin_token_env`'s token goes by in audit lines.
 pub const ENV_TOKEN_NAME: &str = "admin";

@@ -19,6 +19,12 @@ use tokio::sync::OnceCell;
 /// The hash of every key switch: key name to its switch, as JSON.
 const SWITCHES_KEY: &str = "sluice:key-switches";
 
+/// The Redis key of a key's `what` (`requests`, `tokens`, `leases`): the names `store.rs`
+/// gives them (their hash tag is the key's name).
+fn limit_key(name: &str, what: &str) -> String {
+    format!("sluice:{{{name}}}:{what}")
+}
+
 /// Reads the key's stored values and Redis's clock, changing nothing. Numbers come back as
 /// text: Lua would cut a large one to a float.
 const VIEW: &str = r#"
@@ -91,7 +97,7 @@ impl AdminStore {
     pub async fn limits(&self, key: &Key) -> Option<StoredLimits> {
         let mut invocation = self.view.prepare_invoke();
         for what in ["requests", "tokens", "leases"] {
-            invocation.key(format!("sluice:{{{}}}:{what}", key.name));
+            invocation.key(limit_key(&key.name, what));
         }
         let values: Vec<String> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
