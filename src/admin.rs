@@ -9,9 +9,9 @@ mod switches;
 
 pub use auth::{AdminError, Caller};
 
-use crate::client_session::Session as ServerSession;
 use crate::config::OnStoreError;
 use crate::gateway::Gateway;
+use crate::http1::server::Session as ServerSession;
 use crate::http_app::App;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;

@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex};
 pub const UNKNOWN: &str = "unknown";
 
 /// Rejections made before a key is known (`key="unknown"`).
-const ANONYMOUS_CODES: [&str; 4] = [
+const ANONYMOUS_CODES: [&str; 6] = [
     "missing_api_key",
     "invalid_api_key",
     "unknown_route",
     "invalid_request",
+    "request_header_too_large",
+    "unsupported_transfer_encoding",
 ];
 /// Rejections counted under a key's name: its own limits, and the key being inactive.
 const KEY_CODES: [&str; 3] = [

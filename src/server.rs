@@ -4,8 +4,8 @@
 //! the port it got, so tests run many gateways side by side on ephemeral ports, and lets
 //! shutdown wait for requests in flight instead of sleeping a fixed grace period.
 
-use crate::client_session::Session as ServerSession;
 use crate::connection::{ClientConnection, ClientPolicy};
+use crate::http1::server::Session as ServerSession;
 use crate::http_app::App;
 use crate::transport::BufferedStream;
 use crate::workers::Workers;
@@ -100,7 +100,7 @@ async fn serve<A>(
 ) where
     A: App,
 {
-    let mut session = ServerSession::new(stream);
+    let mut session = ServerSession::new(stream, connection.max_header_bytes);
     if *shutdown.borrow() {
         session.disable_keepalive();
     }
@@ -174,6 +174,7 @@ pub async fn start_on(
         header_timeout: config.client_header_timeout,
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
+        max_header_bytes: config.max_header_bytes,
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
     let (addr, workers) = match loops {

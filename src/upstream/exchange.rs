@@ -23,8 +23,8 @@ use super::verdict::{
     Reached,
 };
 use crate::catalog::Upstream;
-use crate::client_session::Session;
 use crate::error::RequestError;
+use crate::http1::server::Session;
 use crate::metrics::Metrics;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;

@@ -1,7 +1,7 @@
-//! How a request's body is framed (read by `message_reader.rs`), and how an answer's body
+//! How a request's body is framed (read by `reader.rs`), and how an answer's body
 //! is written.
 
-use crate::message_reader::{content_length, Chunk, Reading};
+use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
 use pingora::http::RequestHeader;
 use pingora::protocols::Stream;
@@ -17,29 +17,31 @@ pub struct RequestFraming {
     pub drop_content_length: bool,
 }
 
-/// The framing of `request`'s body; an ambiguous one is an `InvalidHTTPHeader` error.
+/// The framing of `request`'s body. `Transfer-Encoding` is accepted only as one field
+/// whose value is the one coding `chunked` (any case): the gateway decodes no other coding,
+/// and a list or a second field (`gzip, chunked`, `chunked, chunked`) is what a front
+/// proxy may read otherwise; that is `HTTPStatus(501)` (`unsupported_transfer_encoding`,
+/// as nginx answers). Any `Transfer-Encoding` on HTTP/1.0, or an ambiguous
+/// `Content-Length`, is an `InvalidHTTPHeader` error (400).
 pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
     let headers = &request.headers;
-    if let Some(last) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
         if request.version == Version::HTTP_10 {
             return Error::e_explain(
                 ErrorType::InvalidHTTPHeader,
                 "Transfer-Encoding on an HTTP/1.0 request",
             );
         }
-        let value = last.as_bytes();
-        let final_coding = value
-            .iter()
-            .rposition(|&b| b == b',')
-            .map_or(value, |comma| &value[comma + 1..]);
-        if !final_coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+        let only_chunked = codings.next().is_none()
+            && first
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked");
+        if !only_chunked {
             return Error::e_explain(
-                ErrorType::InvalidHTTPHeader,
-                "a final Transfer-Encoding other than chunked",
+                ErrorType::HTTPStatus(501),
+                "a Transfer-Encoding other than one chunked coding",
             );
         }
         return Ok(RequestFraming {
