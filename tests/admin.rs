@@ -337,3 +337,38 @@ async fn switches_and_reloads_leave_audit_lines() {
 }
 
 const NEW_KEY: &str = "sk-test-gamma-0123456789";
+
+#[tokio::test]
+async fn a_switch_of_a_key_since_removed_can_still_be_lifted() {
+    let mock = MockUpstream::start().await;
+    let yaml = config_with(&mock.url(), &tokens());
+    let gw = TestGateway::start(&yaml).await;
+    admin(gw.admin(), "POST", "/keys/beta/disable", Some(ONCALL_TOKEN)).await;
+    let without_beta = yaml.replace(
+        &format!(
+            "  - name: beta\n    sha256: {}\n    models: [\"public-*\"]\n",
+            key_hash(BETA)
+        ),
+        "",
+    );
+    let config = sluice::config::parse("test.yaml", &without_beta, None, &test_env).unwrap();
+    gw.gateway()
+        .swap_catalog(sluice::catalog::Catalog::build(&config, 2));
+    assert_eq!(
+        admin(gw.admin(), "POST", "/keys/beta/disable", Some(ONCALL_TOKEN))
+            .await
+            .status,
+        404,
+        "a key that is not configured cannot be switched off"
+    );
+    let lifted = admin(gw.admin(), "POST", "/keys/beta/enable", Some(ONCALL_TOKEN)).await;
+    assert_eq!(lifted.status, 200, "{}", lifted.text());
+    assert!(!gw.gateway().key_switches.is_disabled("beta"));
+    assert_eq!(
+        admin(gw.admin(), "POST", "/keys/beta/enable", Some(ONCALL_TOKEN))
+            .await
+            .status,
+        404,
+        "once lifted, the name is unknown again"
+    );
+}

@@ -16,7 +16,12 @@ pub(super) async fn switch(
     caller: &Caller,
 ) -> Result<Value, AdminError> {
     let catalog = gateway.catalog();
-    let key = catalog.key_named(name).ok_or(AdminError::UnknownKey)?;
+    let key = catalog.key_named(name);
+    // A key removed from the configuration while switched off can still be switched back
+    // on (so a switch does not outlive its key unseen); it cannot be switched off.
+    if key.is_none() && (disable || gateway.key_switches.get(name).is_none()) {
+        return Err(AdminError::UnknownKey);
+    }
     let at_unix_ms = gateway.wall_clock.unix_millis();
     let switch = disable.then(|| Switch {
         by: caller.name().to_owned(),
@@ -26,27 +31,28 @@ pub(super) async fn switch(
     // the store's switches, and would never reach the other replicas.
     let shared = match &gateway.admin_store {
         Some(store) => {
-            if !store.switch(&key.name, switch.as_ref()).await {
+            if !store.switch(name, switch.as_ref()).await {
                 return Err(AdminError::StoreUnavailable);
             }
             true
         }
         None => false,
     };
-    gateway.key_switches.set(&key.name, switch);
+    gateway.key_switches.set(name, switch);
     let action = if disable { "disable_key" } else { "enable_key" };
     log::info!(
         target: "sluice::audit",
         action,
-        key = key.name.as_str(),
+        key = name,
         by = caller.name(),
         at:% = rfc3339(at_unix_ms),
         shared;
         "admin action"
     );
-    let active = key.inactive(gateway.wall_clock.as_ref()).is_none() && !disable;
+    let active =
+        key.is_some_and(|key| key.inactive(gateway.wall_clock.as_ref()).is_none()) && !disable;
     Ok(json!({
-        "name": key.name,
+        "name": name,
         "switched_off": disable,
         "by": caller.name(),
         "at": rfc3339(at_unix_ms),
