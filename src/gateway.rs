@@ -6,7 +6,8 @@ use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
 use crate::config::TracingConfig;
-use crate::limits::{Limiter, Store};
+use crate::key_switches::KeySwitches;
+use crate::limits::{AdminStore, Limiter, Store};
 use crate::metrics::Metrics;
 use crate::response_id::IdKeys;
 use crate::telemetry::Telemetry;
@@ -29,6 +30,11 @@ pub struct Gateway {
     pub wall_clock: Arc<dyn WallClock>,
     /// Limits shared with every replica (`limits_store`), set from the first catalog.
     pub limits_store: Option<Arc<Store>>,
+    /// The admin listener's own handle on the limits store (its view of keys, the key
+    /// switches), when there is one.
+    pub admin_store: Option<Arc<AdminStore>>,
+    /// Keys switched off at run time through the admin API.
+    pub key_switches: KeySwitches,
     /// The tracer, when `tracing:` is configured (fixed until restart).
     pub telemetry: Option<Telemetry>,
     /// Signs stored-response IDs when the catalog has no `response_ids` secret: made at
@@ -43,6 +49,15 @@ impl Gateway {
         declare_series(&metrics, &catalog);
         metrics.config_generation.set(catalog.generation as i64);
         metrics.config_last_success.set(unix_seconds());
+        if catalog.limits_store.is_some() {
+            metrics.declare_limits_store();
+        }
+        let admin_store = catalog.limits_store.as_ref().and_then(|config| {
+            AdminStore::new(config)
+                .map_err(|e| log::error!(target: "sluice::admin", error:% = e; "limits store not usable by the admin listener"))
+                .ok()
+                .map(Arc::new)
+        });
         let limits_store = catalog.limits_store.clone().and_then(|config| {
             Store::new(config, &metrics)
                 .map_err(|e| log::error!(target: "sluice::limits", error:% = e; "limits store not usable; limits stay in this process"))
@@ -51,6 +66,8 @@ impl Gateway {
         });
         Gateway {
             limits_store,
+            admin_store,
+            key_switches: KeySwitches::default(),
             catalog: ArcSwap::from_pointee(catalog),
             limiter: Limiter::new(Arc::clone(&clock)),
             upstreams: Upstreams::new(clock),
@@ -163,4 +180,30 @@ fn unix_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Reads the store's key switches every [`REFRESH_INTERVAL`] until `stop` turns true (only
+/// with a limits store). A store that does not answer leaves the switches as last read.
+/// Here rather than in `key_switches.rs`, which the gateway holds and so cannot name it.
+///
+/// [`REFRESH_INTERVAL`]: crate::key_switches::REFRESH_INTERVAL
+pub async fn keep_key_switches_fresh(
+    gateway: Arc<Gateway>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(store) = gateway.admin_store.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(crate::key_switches::REFRESH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let mark = gateway.key_switches.mark();
+        if let Some(switches) = store.switches().await {
+            gateway.key_switches.replace(mark, switches);
+        }
+    }
 }

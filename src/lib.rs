@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod glob;
 pub mod http1;
 pub mod json_object;
+pub mod key_switches;
 pub mod limits;
 pub mod listener;
 pub mod logger;
