@@ -10,7 +10,7 @@ use crate::peer::PoolPeer;
 use crate::response_id::IdKeys;
 use crate::secret::{KeyHash, Secret};
 use bytes::Bytes;
-use pingora::upstreams::peer::HttpPeer;
+use pingora_core::upstreams::peer::HttpPeer;
 use std::collections::{BTreeMap, HashMap};
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;

@@ -32,7 +32,7 @@ pub use values::{name_problem, parse_size, text_problem};
 use crate::clock::{SystemWallClock, WallClock};
 use crate::endpoint::EndpointType;
 use crate::secret::{KeyHash, Secret};
-use pingora::protocols::tls::CaType;
+use pingora_core::protocols::tls::CaType;
 use raw::RawConfig;
 use std::collections::BTreeMap;
 use std::fmt;

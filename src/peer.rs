@@ -2,7 +2,7 @@
 //! (address, TLS settings, SNI, timeouts) with the key its pooled connections are filed
 //! under. Built with the catalog, used by every event loop's pool.
 
-use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
 
 /// A peer with its pool key (`Peer::reuse_hash`: address, TLS settings, SNI), worked out
 /// once when the catalog is built: hashing the peer at every take and give-back cost ~150

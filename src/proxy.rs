@@ -54,8 +54,8 @@ use context::{Failure, LimitMode};
 use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
-use pingora::server::ShutdownWatch;
-use pingora::{Error, ErrorSource, ErrorType, Result};
+use pingora_core::server::ShutdownWatch;
+use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
 

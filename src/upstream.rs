@@ -52,7 +52,7 @@ pub use verdict::AfterCut;
 
 use crate::clock::Clock;
 use dashmap::DashMap;
-use pingora::connectors::TransportConnector;
+use pingora_core::connectors::TransportConnector;
 use prometheus::IntGauge;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -138,7 +138,7 @@ pub(crate) fn test_upstream(
     eject_duration_max: Duration,
 ) -> crate::catalog::Upstream {
     use crate::peer::PoolPeer;
-    use pingora::upstreams::peer::HttpPeer;
+    use pingora_core::upstreams::peer::HttpPeer;
     crate::catalog::Upstream {
         name: "u".into(),
         peer: PoolPeer::new(HttpPeer::new(

@@ -10,8 +10,8 @@ use super::values::{
 };
 use super::{HostLookup, StreamUsage, UpstreamConfig, UpstreamPolicy};
 use crate::secret::Secret;
-use pingora::protocols::tls::CaType;
-use pingora::utils::tls::{parse_x509, WrappedX509};
+use pingora_core::protocols::tls::CaType;
+use pingora_core::utils::tls::{parse_x509, WrappedX509};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;

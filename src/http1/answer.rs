@@ -3,7 +3,7 @@
 
 use super::server::Session as ServerSession;
 use bytes::Bytes;
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora_http::{RequestHeader, ResponseHeader};
 
 /// Lets the request's header go but for what its access record reads once the answer is
 /// over (method, target, version, Host), for an answer that may last minutes (a stream).

@@ -23,9 +23,9 @@ use super::head::{parse_response, ResponseHead};
 use super::reader::{Chunk, MessageReader, Reading};
 use bytes::Bytes;
 use http::{StatusCode, Version};
-use pingora::protocols::Shutdown;
-use pingora::protocols::Stream;
-use pingora::{Error, ErrorType, OrErr, Result};
+use pingora_core::protocols::Shutdown;
+use pingora_core::protocols::Stream;
+use pingora_core::{Error, ErrorType, OrErr, Result};
 use std::future::Future;
 use tokio::io::AsyncWriteExt;
 

@@ -7,9 +7,9 @@
 
 use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
-use pingora::http::RequestHeader;
-use pingora::protocols::Stream;
-use pingora::{Error, ErrorType, Result};
+use pingora_http::RequestHeader;
+use pingora_core::protocols::Stream;
+use pingora_core::{Error, ErrorType, Result};
 use tokio::io::AsyncWriteExt;
 
 /// A request body's framing, as read from its head.
@@ -232,7 +232,7 @@ mod tests {
             TcpStream::connect(listener.local_addr().unwrap()),
             listener.accept()
         );
-        let mut stream: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+        let mut stream: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(
             client.unwrap(),
         ));
         let mut writing = Writing::Length(8);

@@ -15,8 +15,8 @@ use super::framing::{request_framing, response_framing, Framing};
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
-use pingora::http::RequestHeader;
-use pingora::{Error, ErrorType, OrErr, Result};
+use pingora_http::RequestHeader;
+use pingora_core::{Error, ErrorType, OrErr, Result};
 
 /// Most fields a head may have, on either side.
 pub const MAX_FIELDS: usize = 256;
@@ -116,7 +116,7 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
             request
         }
     };
-    pingora::protocols::http::authority::validate_request_authority(&request)?;
+    pingora_core::protocols::http::authority::validate_request_authority(&request)?;
     let framing = request_framing(&request)?;
     if framing.drop_content_length {
         request.remove_header(&header::CONTENT_LENGTH);

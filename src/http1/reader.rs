@@ -16,8 +16,8 @@
 use super::chunk_line;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap};
-use pingora::protocols::Stream;
-use pingora::{Error, ErrorType, OrErr, Result};
+use pingora_core::protocols::Stream;
+use pingora_core::{Error, ErrorType, OrErr, Result};
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::task::{ready, Poll};

@@ -8,9 +8,9 @@ use super::app::App;
 use super::connection::{ClientConnection, ClientPolicy};
 use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
-use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::{GetSocketDigest, SocketDigest};
-use pingora::server::ShutdownWatch;
+use pingora_core::protocols::l4::stream::Stream as L4Stream;
+use pingora_core::protocols::{GetSocketDigest, SocketDigest};
+use pingora_core::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -128,7 +128,7 @@ pub(super) async fn accept_loop<A>(
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
                 let connection = ClientConnection::accepted(&policy);
-                let stream: pingora::protocols::Stream = Box::new(BufferedStream::for_client(
+                let stream: pingora_core::protocols::Stream = Box::new(BufferedStream::for_client(
                     Box::new(stream),
                     Arc::clone(&connection),
                 ));
@@ -152,7 +152,7 @@ pub(super) async fn accept_loop<A>(
 /// requests are kept in the session's buffer and answered in order.
 async fn serve<A>(
     app: Arc<A>,
-    stream: pingora::protocols::Stream,
+    stream: pingora_core::protocols::Stream,
     connection: Arc<ClientConnection>,
     shutdown: &ShutdownWatch,
 ) where

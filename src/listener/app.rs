@@ -2,7 +2,7 @@
 //! echo backend), each called once per request with the connection's session.
 
 use crate::http1::server::Session as ServerSession;
-use pingora::server::ShutdownWatch;
+use pingora_core::server::ShutdownWatch;
 use std::future::Future;
 
 /// An application served by our listener, one request at a time on a connection.

@@ -16,8 +16,8 @@
 
 use super::connection::{ClientConnection, Outgoing};
 use async_trait::async_trait;
-use pingora::protocols::raw_connect::ProxyDigest;
-use pingora::protocols::{
+use pingora_core::protocols::raw_connect::ProxyDigest;
+use pingora_core::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
     TimingDigest, UniqueID, UniqueIDType,
 };
@@ -298,15 +298,15 @@ impl UniqueID for BufferedStream {
 }
 
 impl Ssl for BufferedStream {
-    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
+    fn get_ssl(&self) -> Option<&pingora_core::protocols::tls::TlsRef> {
         self.inner.get_ssl()
     }
 
-    fn get_ssl_digest(&self) -> Option<Arc<pingora::protocols::tls::SslDigest>> {
+    fn get_ssl_digest(&self) -> Option<Arc<pingora_core::protocols::tls::SslDigest>> {
         self.inner.get_ssl_digest()
     }
 
-    fn selected_alpn_proto(&self) -> Option<pingora::protocols::ALPN> {
+    fn selected_alpn_proto(&self) -> Option<pingora_core::protocols::ALPN> {
         self.inner.selected_alpn_proto()
     }
 }

@@ -8,7 +8,7 @@
 use super::accept::{accept_loop, ConnectionBound};
 use super::app::App;
 use super::connection::ClientPolicy;
-use pingora::server::ShutdownWatch;
+use pingora_core::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::error::RequestError;
 use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
 use crate::telemetry::RequestTrace;
 use crate::upstream::{AfterCut, Called, Exchange};
-use pingora::Error;
+use pingora_core::Error;
 use prometheus::IntGauge;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@ use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
 use bytes::Bytes;
-use pingora::Error;
+use pingora_core::Error;
 use std::sync::Arc;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).

@@ -6,8 +6,8 @@ use crate::http1::client::WriteBody;
 use crate::request_body::{for_target, Edits, ModelRequest};
 use crate::spool::Spool;
 use bytes::Bytes;
-use pingora::protocols::Stream;
-use pingora::{Error, ErrorType, OrErr};
+use pingora_core::protocols::Stream;
+use pingora_core::{Error, ErrorType, OrErr};
 use std::ops::Range;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -78,7 +78,7 @@ impl Body {
 
 impl WriteBody for Body {
     /// Writes it to the upstream.
-    async fn write_body(&self, stream: &mut Stream) -> pingora::Result<()> {
+    async fn write_body(&self, stream: &mut Stream) -> pingora_core::Result<()> {
         match self {
             Body::Bytes(bytes) => write(stream, bytes).await,
             Body::Spooled { spool, splice } => {
@@ -94,7 +94,7 @@ impl WriteBody for Body {
     }
 }
 
-async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora::Result<()> {
+async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora_core::Result<()> {
     stream
         .write_all(bytes)
         .await
@@ -103,7 +103,7 @@ async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora::Result<()> {
 
 /// Writes `range` of the spool, a chunk at a time. The spool was just written, so its
 /// pages are in memory: a read is a copy, not a wait on a disk.
-async fn write_range(stream: &mut Stream, spool: &Spool, range: Range<u64>) -> pingora::Result<()> {
+async fn write_range(stream: &mut Stream, spool: &Spool, range: Range<u64>) -> pingora_core::Result<()> {
     let mut chunk = vec![0u8; SPOOL_CHUNK_BYTES.min((range.end - range.start) as usize)];
     let mut at = range.start;
     while at < range.end {

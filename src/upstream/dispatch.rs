@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::response_id::{IdIssuer, IdRewrite};
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
-use pingora::Error;
+use pingora_core::Error;
 use rand::Rng;
 use std::time::{Duration, Instant};
 

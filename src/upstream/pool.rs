@@ -12,10 +12,10 @@
 //! while the pool holds connections (a gateway that goes quiet keeps none open).
 
 use crate::peer::PoolPeer;
-use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::protocols::Stream;
-use pingora::upstreams::peer::{HttpPeer, Peer};
-use pingora::Result;
+use pingora_core::connectors::{ConnectorOptions, TransportConnector};
+use pingora_core::protocols::Stream;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_core::Result;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 // Tokio's, so that a test's paused clock moves idle times too.
@@ -195,7 +195,7 @@ pub(super) mod tests {
     pub(crate) async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
         let addr = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let client: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+        let client: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(
             client.unwrap(),
         ));
         (client, accepted.unwrap().0)

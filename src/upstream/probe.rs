@@ -91,7 +91,7 @@ pub async fn check(
 
 /// `GET {url}/models` answers 2xx (the body is read and discarded).
 async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(), CheckFailure> {
-    let peer: &pingora::upstreams::peer::HttpPeer = &upstream.peer;
+    let peer: &pingora_core::upstreams::peer::HttpPeer = &upstream.peer;
     let header = check_header(upstream).map_err(|_| CheckFailure::Exchange)?;
     // A fresh connection: a pooled one the backend has closed (llama.cpp closes after each
     // streamed response) would fail the check for nothing.

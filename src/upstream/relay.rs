@@ -16,7 +16,7 @@ use crate::respond::stream_error_event;
 use crate::response_id::IdRewrite;
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora::{Error, ErrorType};
+use pingora_core::{Error, ErrorType};
 use std::time::Instant;
 
 /// Largest JSON answer read whole to rewrite its IDs.

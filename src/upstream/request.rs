@@ -9,8 +9,8 @@ use crate::catalog::Upstream;
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::percent::query_decode;
 use http::{header, HeaderName, Method};
-use pingora::http::RequestHeader;
-use pingora::{Error, ErrorType, Result};
+use pingora_http::RequestHeader;
+use pingora_core::{Error, ErrorType, Result};
 
 /// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
@@ -325,8 +325,8 @@ fn authorize(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
         head.checked_field(name, &[style.auth_scheme.as_bytes(), b" ", credential])
     };
     written.map_err(|_| {
-        pingora::Error::explain(
-            pingora::ErrorType::InternalError,
+        pingora_core::Error::explain(
+            pingora_core::ErrorType::InternalError,
             "the upstream credential is not a valid header value",
         )
     })

@@ -7,7 +7,7 @@ use crate::http1::connection_tokens::ConnectionTokens;
 use crate::http1::framing::Framing;
 use http::header::{self, HeaderName};
 use http::HeaderValue;
-use pingora::http::ResponseHeader;
+use pingora_http::ResponseHeader;
 use std::time::Duration;
 
 /// Fields never passed back to the client: those that describe one connection, framing

@@ -14,7 +14,7 @@
 use super::health::HealthEffect;
 use crate::config::RetryOn;
 use crate::error::RequestError;
-use pingora::{Error, ErrorType};
+use pingora_core::{Error, ErrorType};
 use std::time::Duration;
 
 /// Whether the upstream may have received the request.

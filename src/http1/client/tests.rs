@@ -6,7 +6,7 @@ use tokio::net::{TcpListener, TcpStream};
 async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
     let addr = listener.local_addr().unwrap();
     let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let client: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+    let client: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(
         client.unwrap(),
     ));
     (client, accepted.unwrap().0)

@@ -15,7 +15,7 @@ async fn loopback() -> (TcpStream, Stream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let stream: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+    let stream: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(
         accepted.unwrap().0,
     ));
     (client.unwrap(), stream)
