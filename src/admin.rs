@@ -14,8 +14,8 @@ use crate::gateway::Gateway;
 use crate::http1::server::Session as ServerSession;
 use crate::listener::App;
 use bytes::Bytes;
-use pingora_http::ResponseHeader;
 use pingora_core::server::ShutdownWatch;
+use pingora_http::ResponseHeader;
 use std::sync::Arc;
 
 pub struct Admin {

@@ -17,7 +17,8 @@
 //! forwarding we never let it do, was the largest allocation an open stream held.
 //!
 //! Beside this file: `context.rs` (what a request holds), `downstream.rs` (talking to the
-//! client), `fallback.rs` (which models may take a request) and `outcome.rs` (the end of a
+//! client), `fallback.rs` (which models may take a request), `deliver.rs` (step 7: the
+//! request sent upstream, to the fallbacks in turn) and `outcome.rs` (the end of a
 //! request). Requests are forwarded by hand because
 //! the model is in the body and pingora's own replay of a pre-read body stops at 64 KiB.
 //! Resources a request holds (limit permits, the in-flight gauge) live in the context and
@@ -27,6 +28,7 @@
 
 mod admission;
 mod context;
+mod deliver;
 mod downstream;
 mod fallback;
 mod outcome;
@@ -36,7 +38,7 @@ pub use context::RequestContext;
 pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
-use crate::catalog::{Catalog, Key, Model};
+use crate::catalog::{Catalog, Key};
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
@@ -46,12 +48,12 @@ use crate::listener::BufferedStream;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
-use crate::response_id::IdIssuer;
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
-use crate::upstream::{self, AfterCut, Delivery, Dispatch, RequestBody, Stored};
+use crate::upstream::{self, AfterCut};
 use context::{Failure, LimitMode};
-use downstream::{answer, gateway_headers, read_body, read_form, request_host, Read};
+use deliver::Destination;
+use downstream::{answer, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, settle_tokens};
 use pingora_core::server::ShutdownWatch;
@@ -377,104 +379,4 @@ impl Proxy {
         };
         self.deliver(session, ctx, catalog, destination).await
     }
-
-    /// Step 7: sends the request upstream, and notes what came of it. A model that cannot
-    /// serve it (no target free, or every try failed in a way `retry_on` names) hands it
-    /// to the next of its fallbacks, the body renamed for that model; the answer names the
-    /// model that served in `x-sluice-model`.
-    async fn deliver(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestContext,
-        catalog: &Catalog,
-        destination: Destination<'_>,
-    ) -> Result<(), Failure> {
-        let Destination {
-            model: requested,
-            body,
-            path,
-            mut stored,
-            ids,
-            inject_usage,
-            fallbacks,
-            operation,
-        } = destination;
-        let models: Vec<&Model> = std::iter::once(requested)
-            .chain(fallbacks.iter().map(|m| m.as_ref()))
-            .collect();
-        let gateway = &self.gateway;
-        for (tried, model) in models.iter().enumerate() {
-            let mut response_headers = gateway_headers(ctx);
-            response_headers.push((SERVED_MODEL, model.id.clone()));
-            let dispatch = Dispatch {
-                model,
-                pool: &self.pool,
-                body: body.clone(),
-                path,
-                stored: stored.take(),
-                ids,
-                inject_usage,
-                renames_model: tried > 0,
-                request_id: &ctx.request_id,
-                request_started: ctx.started,
-                response_headers,
-                retry_attempts: catalog.retry_attempts,
-                retry_backoff: catalog.retry_backoff,
-                fallback_follows: tried + 1 < models.len(),
-                trace: ctx.trace.as_ref(),
-                operation,
-            };
-            let dispatched =
-                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, &dispatch).await;
-            ctx.called = dispatched.called;
-            // Every model's time on its upstreams counts as upstream time.
-            let waited = ctx.exchange.upstream_wait;
-            ctx.exchange = dispatched.measured;
-            ctx.exchange.upstream_wait += waited;
-            ctx.served_model = Some(model.id.clone());
-            let error = match dispatched.delivery {
-                Delivery::Unserved(error) if tried + 1 < models.len() => error,
-                Delivery::Delivered => break,
-                Delivery::Refused(error) | Delivery::Unserved(error) => {
-                    return Err(Failure::Answer(error))
-                }
-                Delivery::Cut { error, then } => {
-                    self.note_status(ctx);
-                    return Err(Failure::Ended { error, then });
-                }
-                Delivery::ClientGone(e) => {
-                    self.note_status(ctx);
-                    return Err(Failure::Abort(e));
-                }
-            };
-            log::warn!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), model = model.id.as_str(), code = error.code(); "model could not serve the request; its fallback takes it");
-        }
-        self.note_status(ctx);
-        Ok(())
-    }
-
-    /// The status the upstream's answer gave the client, if one started.
-    fn note_status(&self, ctx: &mut RequestContext) {
-        if let Some(status) = ctx.exchange.status {
-            ctx.status = status;
-        }
-    }
-}
-
-/// Where a request goes: the model, the body, the path under the upstream's URL, and for
-/// the Responses API the stored response it names and whether IDs are rewritten.
-struct Destination<'a> {
-    model: &'a Model,
-    body: RequestBody<'a>,
-    path: &'a str,
-    stored: Option<Stored>,
-    /// Stored-response IDs in the answer are rewritten to ones made for this owner (the
-    /// Responses API).
-    ids: Option<IdIssuer<'a>>,
-    /// A stream whose client did not ask for usage (see [`Dispatch::inject_usage`]).
-    inject_usage: bool,
-    /// The models that take the request, in order, if `model` cannot serve it.
-    fallbacks: Vec<&'a Arc<Model>>,
-    /// `gen_ai.operation.name` of its upstream attempts.
-    operation: &'static str,
 }

@@ -7,9 +7,9 @@
 
 use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
-use pingora_http::RequestHeader;
 use pingora_core::protocols::Stream;
 use pingora_core::{Error, ErrorType, Result};
+use pingora_http::RequestHeader;
 use tokio::io::AsyncWriteExt;
 
 /// A request body's framing, as read from its head.

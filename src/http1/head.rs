@@ -15,8 +15,8 @@ use super::framing::{request_framing, response_framing, Framing};
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
-use pingora_http::RequestHeader;
 use pingora_core::{Error, ErrorType, OrErr, Result};
+use pingora_http::RequestHeader;
 
 /// Most fields a head may have, on either side.
 pub const MAX_FIELDS: usize = 256;

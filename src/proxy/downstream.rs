@@ -14,8 +14,8 @@ use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
 use http::HeaderName;
-use pingora_http::ResponseHeader;
 use pingora_core::{Error, ErrorType, Result};
+use pingora_http::ResponseHeader;
 use std::sync::Arc;
 use std::time::Duration;
 

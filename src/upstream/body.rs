@@ -103,7 +103,11 @@ async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora_core::Result<()> {
 
 /// Writes `range` of the spool, a chunk at a time. The spool was just written, so its
 /// pages are in memory: a read is a copy, not a wait on a disk.
-async fn write_range(stream: &mut Stream, spool: &Spool, range: Range<u64>) -> pingora_core::Result<()> {
+async fn write_range(
+    stream: &mut Stream,
+    spool: &Spool,
+    range: Range<u64>,
+) -> pingora_core::Result<()> {
     let mut chunk = vec![0u8; SPOOL_CHUNK_BYTES.min((range.end - range.start) as usize)];
     let mut at = range.start;
     while at < range.end {

@@ -9,8 +9,8 @@ use crate::catalog::Upstream;
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::percent::query_decode;
 use http::{header, HeaderName, Method};
-use pingora_http::RequestHeader;
 use pingora_core::{Error, ErrorType, Result};
+use pingora_http::RequestHeader;
 
 /// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
