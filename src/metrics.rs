@@ -53,6 +53,7 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    pub usage_implausible: IntCounterVec,
     pub limits_store_up: IntGauge,
     pub limits_store_errors: IntCounterVec,
     pub limits_store_duration: Histogram,
@@ -205,6 +206,14 @@ impl Metrics {
             &["upstream"],
         )
         .expect("valid metric");
+        let usage_implausible = IntCounterVec::new(
+            Opts::new(
+                "sluice_usage_implausible_total",
+                "Answers whose reported usage was not believed (a count of 2^24 or more, or output beyond the request's limit plus slack); their reservation stands.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         let limits_store_up = IntGauge::new(
             "sluice_limits_store_up",
             "1 while the shared limits store (limits_store) answers; 0 while it does not, or when none is configured.",
@@ -302,6 +311,7 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
+            Box::new(usage_implausible.clone()),
             Box::new(limits_store_up.clone()),
             Box::new(limits_store_errors.clone()),
             Box::new(limits_store_duration.clone()),
@@ -337,6 +347,7 @@ impl Metrics {
             upstream_queue,
             tokens,
             usage_missing,
+            usage_implausible,
             limits_store_up,
             limits_store_errors,
             limits_store_duration,
@@ -386,6 +397,7 @@ impl Metrics {
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
             self.usage_missing.with_label_values(&[upstream]);
+            self.usage_implausible.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);

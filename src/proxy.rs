@@ -345,6 +345,7 @@ impl Proxy {
         };
         // The key's token windows, last: the estimate needs the body and the model.
         ctx.usage_expected = endpoint.kind.reports_usage();
+        ctx.output_limit = read.output_limit(endpoint.kind);
         let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
         self.admit_tokens(ctx, key, estimate).await?;
         // 7. Upstream.

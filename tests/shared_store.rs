@@ -51,7 +51,7 @@ async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
 
     // 2000 used against 300 reserved on A: the key owes more than its day.
     mock.push(json_with_usage(
-        r#"{"prompt_tokens":100,"completion_tokens":1900}"#,
+        r#"{"prompt_tokens":1900,"completion_tokens":100}"#,
     ));
     let third = chat(a.addr(), SHARED, &body).await;
     assert_eq!(third.status, 200);

@@ -43,6 +43,9 @@ pub struct RequestContext {
     /// The route's answers report usage by contract (chat, completions, responses,
     /// embeddings): one without it is counted in `sluice_usage_missing_total`.
     pub(super) usage_expected: bool,
+    /// The output limit the request set, if any: usage beyond it (plus slack) is not
+    /// believed.
+    pub(super) output_limit: Option<u64>,
     pub(super) since_previous: Option<Duration>,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
@@ -72,6 +75,7 @@ impl RequestContext {
             limits: LimitMode::Open,
             grant: None,
             usage_expected: false,
+            output_limit: None,
             since_previous: None,
             exchange: Exchange::default(),
             permits: Vec::new(),

@@ -227,6 +227,15 @@ impl Read {
         input + output
     }
 
+    /// The output limit the request itself sets, on routes that generate text (`None`
+    /// when it sets none): what its usage's output must stay within to be believed.
+    pub(super) fn output_limit(&self, kind: EndpointType) -> Option<u64> {
+        match self {
+            Read::Json(_, request) if kind.generates_text() => request.max_output_tokens,
+            _ => None,
+        }
+    }
+
     /// A stream to chat or completions whose client did not ask for the usage chunk.
     pub(super) fn usage_unasked(&self, kind: EndpointType) -> bool {
         match self {
