@@ -136,6 +136,9 @@ pub struct LimitsStoreConfig {
     /// How long a concurrency lease lives without a refresh (a dead replica's leases are
     /// gone after it).
     pub lease_lifetime: Duration,
+    /// What every Redis key of the store starts with (`namespace`, default the
+    /// configuration's `environment`), so deployments sharing one Redis keep apart.
+    pub namespace: String,
 }
 
 /// What admission does while the limits store cannot be used.
@@ -420,7 +423,12 @@ pub fn parse_with(
         raw.models,
         upstreams_readable.then_some(declared.as_slice()),
     );
-    let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let environment = raw
+        .environment
+        .as_deref()
+        .unwrap_or(server::DEFAULT_ENVIRONMENT);
+    let limits_store =
+        store::limits_store(&mut errors, raw.limits_store.as_ref(), environment, env);
     let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     let before_keys = errors.list.len();
     let keys = key::keys(

@@ -215,17 +215,25 @@ impl Limiter {
         }
     }
 
-    /// Counts a request of `key` in flight without limiting it (its limits are decided by
-    /// the shared store), and notes its arrival; the time since the key's previous request.
-    pub fn count_in_flight(&self, key: &Key) -> (Permit, Option<Duration>) {
+    /// Counts a request of `key` in flight whose limits the shared store decides, and notes
+    /// its arrival. The one check made here, before the body is read: a key that already
+    /// has `max_concurrent` requests in flight on this replica alone is refused (the store
+    /// could only refuse it too). The time since the key's previous request either way.
+    pub fn count_in_flight(&self, key: &Key) -> (Result<Permit, RequestError>, Option<Duration>) {
         let state = self.state(&key.name);
         let since_previous = record_previous(&state.previous_micros, self.clock.now());
-        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let limit = key.max_concurrent.map_or(u32::MAX, |limit| limit.get());
+        if !try_take(&state.in_flight, limit) {
+            let error = RequestError::ConcurrencyLimited {
+                retry_after: CONCURRENCY_RETRY_HINT,
+            };
+            return (Err(error), since_previous);
+        }
         let permit = Permit {
             slots: vec![Arc::clone(&state.in_flight)],
             idle: None,
         };
-        (permit, since_previous)
+        (Ok(permit), since_previous)
     }
 
     /// Where a key stands on its rate limit now, without counting a request.

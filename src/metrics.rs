@@ -222,7 +222,7 @@ impl Metrics {
         let limits_store_errors = IntCounterVec::new(
             Opts::new(
                 "sluice_limits_store_errors_total",
-                "Calls to the shared limits store that failed, by kind (timeout, connection, script).",
+                "Calls to the shared limits store that failed, by kind (timeout, connection, server; script: one key's call, the store stays up).",
             ),
             &["kind"],
         )
@@ -386,7 +386,7 @@ impl Metrics {
         for result in ["success", "failure"] {
             self.config_reloads.with_label_values(&[result]);
         }
-        for kind in ["timeout", "connection", "script"] {
+        for kind in ["timeout", "connection", "server", "script"] {
             self.limits_store_errors.with_label_values(&[kind]);
         }
         for code in ANONYMOUS_CODES {

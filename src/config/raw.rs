@@ -57,6 +57,7 @@ pub(super) struct RawLimitsStore {
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,
     pub(super) lease_lifetime: Option<String>,
+    pub(super) namespace: Option<String>,
 }
 
 #[derive(Deserialize)]

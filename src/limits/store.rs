@@ -13,10 +13,17 @@
 //! replica refreshes it (every third of its lifetime while the request runs), so a replica
 //! that dies holds nothing for longer than one lifetime.
 //!
-//! A call that fails or takes longer than `timeout` marks the store down: admissions stop
-//! calling it (the caller applies `on_error`) and a probe pings it once a second until it
-//! answers. A key refused by the store is refused here, without a call, until its wait is
-//! over (the local gate), so an abusive client cannot load Redis.
+//! A call that cannot reach the store or takes longer than `timeout` marks the store down:
+//! admissions stop calling it (the caller applies `on_error`) and a probe pings it once a
+//! second until it answers. An error the store answers for one key's script (a value of
+//! the wrong type under its name, say) fails that call only: the store stays up for every
+//! other key. A key refused by the store is refused here, without a call, until its wait
+//! is over (the local gate), so an abusive client cannot load Redis.
+//!
+//! Leases survive a store that lost them: every refresh re-creates the leases of this
+//! replica's requests in flight, and when a store that was down answers again, the leases
+//! of every request still running here (those admitted in this process meanwhile
+//! included) are written to it before shared admission resumes.
 
 mod calls;
 
@@ -44,15 +51,17 @@ pub struct Store {
     client: Client,
     connection: OnceCell<Connection>,
     batch: Script,
-    refresh: Script,
     /// Per key: the call in flight, and what waits for the next.
     queues: DashMap<String, Arc<Mutex<Queue>>>,
     up: AtomicBool,
     probing: AtomicBool,
     /// Keys refused by the store: when, until when, and with what.
     gate: DashMap<String, (Instant, Instant, Refusal)>,
-    /// Leases of requests in flight on this replica: lease id to its Redis key.
+    /// Leases of requests in flight on this replica: lease id to its key's name.
     leases: Mutex<std::collections::HashMap<String, String>>,
+    /// Per key: the store's last answer on its rate and token windows, and when, for the
+    /// headers of a 429 this replica gives without asking the store.
+    positions: DashMap<String, (Instant, Option<RateStatus>, Option<TokenStatus>)>,
     refreshing: AtomicBool,
     next_lease: AtomicU64,
     /// Tells lease ids of replicas apart.
@@ -129,7 +138,7 @@ impl Grant {
         }
         let settlement = Settlement {
             reserved: self.reserved,
-            used: used.map_or(-1, |n| n as i64),
+            used: used.map_or(-1, |n| n.min(1 << 40) as i64),
             lease,
         };
         self.store
@@ -145,14 +154,28 @@ impl Drop for Grant {
     }
 }
 
-fn rate_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:requests")
+/// The Redis keys of a key's limits, after the store's namespace (`limits_store.namespace`):
+/// request rate, token windows, leases, all with the key's name as their hash tag.
+fn redis_keys(namespace: &str, name: &str) -> [String; 3] {
+    ["requests", "tokens", "leases"].map(|what| format!("{namespace}:sluice:{{{name}}}:{what}"))
 }
-fn tokens_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:tokens")
-}
-fn leases_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:leases")
+
+/// A position counted down by the time since the store gave it.
+fn counted_down(
+    since: Duration,
+    rate: Option<RateStatus>,
+    tokens: Option<TokenStatus>,
+) -> (Option<RateStatus>, Option<TokenStatus>) {
+    (
+        rate.map(|rate| RateStatus {
+            reset: rate.reset.saturating_sub(since),
+            ..rate
+        }),
+        tokens.map(|tokens| TokenStatus {
+            reset: tokens.reset.saturating_sub(since),
+            ..tokens
+        }),
+    )
 }
 
 impl Store {
@@ -163,12 +186,12 @@ impl Store {
             client,
             connection: OnceCell::new(),
             batch: Script::new(include_str!("batch.lua")),
-            refresh: Script::new(REFRESH),
             queues: DashMap::new(),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             gate: DashMap::new(),
             leases: Mutex::new(Default::default()),
+            positions: DashMap::new(),
             refreshing: AtomicBool::new(false),
             next_lease: AtomicU64::new(0),
             replica: rand::random(),
@@ -204,18 +227,50 @@ impl Store {
         let (at, until, refusal) = &*entry;
         let now = Instant::now();
         let left = until.checked_duration_since(now)?;
-        let since = now.duration_since(*at);
+        let (rate, tokens) = counted_down(now.duration_since(*at), refusal.rate, refusal.tokens);
         Some(Refusal {
             error: with_wait(&refusal.error, left),
-            rate: refusal.rate.map(|rate| RateStatus {
-                reset: rate.reset.saturating_sub(since),
-                ..rate
-            }),
-            tokens: refusal.tokens.map(|tokens| TokenStatus {
-                reset: tokens.reset.saturating_sub(since),
-                ..tokens
-            }),
+            rate,
+            tokens,
         })
+    }
+
+    /// The key's rate and token positions as the store last gave them to this replica,
+    /// their resets counted down since (`(None, None)` before its first answer).
+    pub fn last_position(&self, name: &str) -> (Option<RateStatus>, Option<TokenStatus>) {
+        match self.positions.get(name) {
+            Some(entry) => {
+                let (at, rate, tokens) = *entry;
+                counted_down(at.elapsed(), rate, tokens)
+            }
+            None => (None, None),
+        }
+    }
+
+    /// A lease for a request of `key` admitted in this process while the store could not
+    /// be used (`on_error: local` or `open`): kept here like the store's own leases, and
+    /// written to the store when it answers again, so the request counts against the key's
+    /// `max_concurrent` there for as long as it runs. `None` for a key without one.
+    pub fn local_lease(self: &Arc<Self>, key: &Key) -> Option<Grant> {
+        key.max_concurrent?;
+        self.start_refreshing();
+        let lease = self.new_lease();
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lease.clone(), key.name.clone());
+        Some(Grant {
+            store: Arc::clone(self),
+            key: key.name.clone(),
+            lease: Some(lease),
+            reserved: [-1, -1],
+            settled: false,
+        })
+    }
+
+    fn new_lease(&self) -> String {
+        let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}-{n}", self.replica)
     }
 
     /// Forgets the refusals of the local gate (a reload may have changed the limits).
@@ -230,10 +285,7 @@ impl Store {
             return Shared::Unavailable;
         }
         self.start_refreshing();
-        let lease = key.max_concurrent.map(|_| {
-            let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
-            format!("{:016x}-{n}", self.replica)
-        });
+        let lease = key.max_concurrent.map(|_| self.new_lease());
         let per_minute = key.requests_per_minute.map_or(0, |n| n.get());
         let limits = Limits {
             per_minute,
@@ -256,7 +308,9 @@ impl Store {
             self.probe();
             return Shared::Unavailable;
         };
-        let micros = |n: i64| Duration::from_micros(n.max(0) as u64);
+        // Waits and resets within what the script bounds them to, whatever it answered.
+        let bound = (super::MAX_DEBT + Window::Day.period()).as_micros() as i64;
+        let micros = |n: i64| Duration::from_micros(n.clamp(0, bound) as u64);
         let rate = (answer[2] >= 0).then(|| RateStatus {
             limit: per_minute,
             remaining: answer[2] as u32,
@@ -276,13 +330,15 @@ impl Store {
             _ => None,
         };
         let wait = micros(answer[1]);
+        self.positions
+            .insert(key.name.clone(), (Instant::now(), rate, tokens));
         let error = match answer[0] {
             0 => {
                 if let Some(lease) = &lease {
                     self.leases
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(lease.clone(), leases_key(&key.name));
+                        .insert(lease.clone(), key.name.clone());
                 }
                 let grant = Grant {
                     store: Arc::clone(self),
@@ -326,7 +382,9 @@ impl Store {
         Shared::Refused(refusal)
     }
 
-    /// One call within the timeout, timed and counted; a failure marks the store down.
+    /// One call within the timeout, timed and counted. A failure to reach the store (or
+    /// the store itself refusing work: loading, read-only, cluster down) marks it down; an
+    /// error confined to the call's key (its script failed on that key's data) does not.
     async fn call<T, F, Fut>(&self, call: F) -> Option<T>
     where
         F: FnOnce(Connection) -> Fut,
@@ -348,12 +406,23 @@ impl Store {
             {
                 "connection"
             }
-            Ok(Err(_)) => "script",
+            Ok(Err(e)) if confined_to_key(&e) => {
+                self.script_failed();
+                return None;
+            }
+            Ok(Err(_)) => "server",
         };
         self.errors.with_label_values(&[kind]).inc();
         log::warn!(target: "sluice::limits", kind = kind; "limits store call failed; admitting by on_error until it answers");
         self.mark_down();
         None
+    }
+
+    /// A call whose script failed on its key's data: counted and logged; the store stays
+    /// up, and only the requests of that call apply `on_error`.
+    fn script_failed(&self) {
+        self.errors.with_label_values(&["script"]).inc();
+        log::warn!(target: "sluice::limits", kind = "script"; "limits store script failed for one key; its requests apply on_error, the store stays up");
     }
 
     async fn connection(&self) -> redis::RedisResult<Connection> {
@@ -393,6 +462,9 @@ impl Store {
                     break;
                 }
             }
+            // Before any admission is decided there again: the store may have lost the
+            // leases of requests still running here, or never had those admitted here.
+            store.restore_leases().await;
             store.up.store(true, Ordering::Release);
             store.up_gauge.set(1);
             store.probing.store(false, Ordering::Release);
@@ -401,7 +473,41 @@ impl Store {
         });
     }
 
-    /// Keeps this replica's leases alive while their requests run.
+    /// The keys with leases held by this replica's requests in flight.
+    fn keys_with_leases(&self) -> Vec<String> {
+        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names: Vec<String> = leases.values().cloned().collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// The leases of `name` held by this replica's requests in flight.
+    fn leases_of(&self, name: &str) -> Vec<String> {
+        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        leases
+            .iter()
+            .filter(|(_, key)| key.as_str() == name)
+            .map(|(lease, _)| lease.clone())
+            .collect()
+    }
+
+    /// Writes every lease of this replica's requests in flight to a store that answers
+    /// again, one call per key. (A request that ends during this call may leave its lease
+    /// for one lifetime: its settlement found the store down.)
+    async fn restore_leases(&self) {
+        for name in self.keys_with_leases() {
+            let leases = self.leases_of(&name);
+            if !leases.is_empty() {
+                let _ = self
+                    .send(&name, Default::default(), &[], &[], &leases)
+                    .await;
+            }
+        }
+    }
+
+    /// Keeps this replica's leases alive while their requests run: each key's leases
+    /// travel in its next call, every third of their lifetime.
     fn start_refreshing(self: &Arc<Self>) {
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
@@ -414,36 +520,29 @@ impl Store {
             loop {
                 tick.tick().await;
                 let Some(store) = store.upgrade() else { return };
-                let leases: Vec<(String, String)> = store
-                    .leases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .map(|(lease, key)| (lease.clone(), key.clone()))
-                    .collect();
-                for (lease, key) in leases {
-                    let mut invocation = store.refresh.prepare_invoke();
-                    invocation
-                        .key(key)
-                        .arg(lease)
-                        .arg(store.lease_lifetime.as_micros() as u64);
-                    let _: Option<i64> = store
-                        .call(|mut c| async move { invocation.invoke_async(&mut c).await })
-                        .await;
+                if !store.is_up() {
+                    continue;
+                }
+                for name in store.keys_with_leases() {
+                    store.enqueue(&name, |queue| queue.refresh = true);
                 }
             }
         });
     }
 }
 
-/// Moves a lease's expiry one lifetime past Redis's clock, if it is still held.
-const REFRESH: &str = r#"
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
-return 1
-"#;
+/// Whether a store's error concerns only the call's key (the script failed on its data,
+/// or answered something unreadable), not the store as a whole.
+fn confined_to_key(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::ExecAbort)
+            | ErrorKind::Extension
+            | ErrorKind::UnexpectedReturnType
+            | ErrorKind::Parse
+    )
+}
 
 /// The same refusal with `left` to wait.
 fn with_wait(error: &RequestError, left: Duration) -> RequestError {

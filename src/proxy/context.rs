@@ -49,6 +49,9 @@ pub struct RequestContext {
     pub(super) since_previous: Option<Duration>,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
+    /// The request counted in its key's in-flight requests while the shared store decides
+    /// its limits; given up if the store fails and this process decides them after all.
+    pub(super) shared_count: Option<Permit>,
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
     pub(super) trace: Option<RequestTrace>,
@@ -79,6 +82,7 @@ impl RequestContext {
             since_previous: None,
             exchange: Exchange::default(),
             permits: Vec::new(),
+            shared_count: None,
             in_flight: None,
             trace: None,
         }
