@@ -110,7 +110,7 @@ if per_minute > 0 and admissions > 0 then
 end
 local in_flight = 0
 if max_concurrent > 0 and admissions > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
   in_flight = redis.call('ZCARD', KEYS[3])
 end
 

@@ -9,7 +9,7 @@
 //! requests each, so the store's cost per request falls as the load rises.
 //!
 //! Limit values travel with each call, so a reload applies at once and keeps usage. All of
-//! a key's Redis keys share the hash tag `{name}`. A lease expires by itself unless its
+//! a key's Redis keys start with the store's namespace and share the hash tag `{name}`. A lease expires by itself unless its
 //! replica refreshes it (every third of its lifetime while the request runs), so a replica
 //! that dies holds nothing for longer than one lifetime.
 //!
@@ -26,6 +26,7 @@
 //! included) are written to it before shared admission resumes.
 
 mod calls;
+mod leases;
 
 use super::connection::{Client, Connection};
 use super::{RateStatus, TokenStatus, Window};
@@ -33,7 +34,8 @@ use crate::catalog::Key;
 use crate::config::LimitsStoreConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use calls::{Limits, Queue, Settlement, Waiting};
+pub use calls::Grant;
+use calls::{Limits, Queue, Waiting};
 use dashmap::DashMap;
 use prometheus::{Histogram, IntCounterVec, IntGauge};
 use redis::Script;
@@ -57,8 +59,8 @@ pub struct Store {
     probing: AtomicBool,
     /// Keys refused by the store: when, until when, and with what.
     gate: DashMap<String, (Instant, Instant, Refusal)>,
-    /// Leases of requests in flight on this replica: lease id to its key's name.
-    leases: Mutex<std::collections::HashMap<String, String>>,
+    /// Leases of requests in flight on this replica, by key.
+    leases: leases::Leases,
     /// Per key: the store's last answer on its rate and token windows, and when, for the
     /// headers of a 429 this replica gives without asking the store.
     positions: DashMap<String, (Instant, Option<RateStatus>, Option<TokenStatus>)>,
@@ -92,66 +94,6 @@ pub struct Refusal {
     pub error: RequestError,
     pub rate: Option<RateStatus>,
     pub tokens: Option<TokenStatus>,
-}
-
-/// What an admitted request holds in the store until it ends: its lease and its token
-/// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
-/// back and the reservation stands.
-pub struct Grant {
-    store: Arc<Store>,
-    key: String,
-    lease: Option<String>,
-    /// Tokens reserved per window (minute, day); -1: no such window.
-    reserved: [i64; 2],
-    settled: bool,
-}
-
-impl Grant {
-    /// The most any window holds for this request (`None` without token windows).
-    pub fn reserved(&self) -> Option<u64> {
-        self.reserved
-            .iter()
-            .filter(|&&n| n >= 0)
-            .map(|&n| n as u64)
-            .max()
-    }
-
-    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
-    /// lease back, in the key's next store call: the response is not held up.
-    pub fn settle(mut self, used: Option<u64>) {
-        self.settled = true;
-        self.queue_settlement(used);
-    }
-
-    /// Puts the settlement in the queue of the key's next store call.
-    fn queue_settlement(&mut self, used: Option<u64>) {
-        let lease = self.lease.take();
-        if let Some(lease) = &lease {
-            self.store
-                .leases
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(lease);
-        }
-        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
-            return;
-        }
-        let settlement = Settlement {
-            reserved: self.reserved,
-            used: used.map_or(-1, |n| n.min(1 << 40) as i64),
-            lease,
-        };
-        self.store
-            .enqueue(&self.key, |queue| queue.settlements.push(settlement));
-    }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.queue_settlement(None);
-        }
-    }
 }
 
 /// The Redis keys of a key's limits, after the store's namespace (`limits_store.namespace`):
@@ -190,7 +132,7 @@ impl Store {
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             gate: DashMap::new(),
-            leases: Mutex::new(Default::default()),
+            leases: leases::Leases::default(),
             positions: DashMap::new(),
             refreshing: AtomicBool::new(false),
             next_lease: AtomicU64::new(0),
@@ -245,32 +187,6 @@ impl Store {
             }
             None => (None, None),
         }
-    }
-
-    /// A lease for a request of `key` admitted in this process while the store could not
-    /// be used (`on_error: local` or `open`): kept here like the store's own leases, and
-    /// written to the store when it answers again, so the request counts against the key's
-    /// `max_concurrent` there for as long as it runs. `None` for a key without one.
-    pub fn local_lease(self: &Arc<Self>, key: &Key) -> Option<Grant> {
-        key.max_concurrent?;
-        self.start_refreshing();
-        let lease = self.new_lease();
-        self.leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(lease.clone(), key.name.clone());
-        Some(Grant {
-            store: Arc::clone(self),
-            key: key.name.clone(),
-            lease: Some(lease),
-            reserved: [-1, -1],
-            settled: false,
-        })
-    }
-
-    fn new_lease(&self) -> String {
-        let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
-        format!("{:016x}-{n}", self.replica)
     }
 
     /// Forgets the refusals of the local gate (a reload may have changed the limits).
@@ -330,23 +246,19 @@ impl Store {
             _ => None,
         };
         let wait = micros(answer[1]);
-        self.positions
-            .insert(key.name.clone(), (Instant::now(), rate, tokens));
+        let position = (Instant::now(), rate, tokens);
+        match self.positions.get_mut(&key.name) {
+            Some(mut known) => *known = position,
+            None => {
+                self.positions.insert(key.name.clone(), position);
+            }
+        }
         let error = match answer[0] {
             0 => {
                 if let Some(lease) = &lease {
-                    self.leases
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(lease.clone(), key.name.clone());
+                    self.leases.hold(&key.name, lease);
                 }
-                let grant = Grant {
-                    store: Arc::clone(self),
-                    key: key.name.clone(),
-                    lease,
-                    reserved: [answer[8], answer[9]],
-                    settled: false,
-                };
+                let grant = Grant::new(self, &key.name, lease, [answer[8], answer[9]]);
                 return Shared::Admitted {
                     grant,
                     rate,
@@ -470,63 +382,6 @@ impl Store {
             store.probing.store(false, Ordering::Release);
             log::info!(target: "sluice::limits", "limits store answers again; shared limits resume");
             store.recovered.notify_waiters();
-        });
-    }
-
-    /// The keys with leases held by this replica's requests in flight.
-    fn keys_with_leases(&self) -> Vec<String> {
-        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        let mut names: Vec<String> = leases.values().cloned().collect();
-        names.sort_unstable();
-        names.dedup();
-        names
-    }
-
-    /// The leases of `name` held by this replica's requests in flight.
-    fn leases_of(&self, name: &str) -> Vec<String> {
-        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        leases
-            .iter()
-            .filter(|(_, key)| key.as_str() == name)
-            .map(|(lease, _)| lease.clone())
-            .collect()
-    }
-
-    /// Writes every lease of this replica's requests in flight to a store that answers
-    /// again, one call per key. (A request that ends during this call may leave its lease
-    /// for one lifetime: its settlement found the store down.)
-    async fn restore_leases(&self) {
-        for name in self.keys_with_leases() {
-            let leases = self.leases_of(&name);
-            if !leases.is_empty() {
-                let _ = self
-                    .send(&name, Default::default(), &[], &[], &leases)
-                    .await;
-            }
-        }
-    }
-
-    /// Keeps this replica's leases alive while their requests run: each key's leases
-    /// travel in its next call, every third of their lifetime.
-    fn start_refreshing(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store = Arc::downgrade(self);
-        let every = self.lease_lifetime / 3;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(store) = store.upgrade() else { return };
-                if !store.is_up() {
-                    continue;
-                }
-                for name in store.keys_with_leases() {
-                    store.enqueue(&name, |queue| queue.refresh = true);
-                }
-            }
         });
     }
 }

@@ -1,7 +1,8 @@
 //! A key's calls to the store: at most one in flight per key on a replica; the key's
 //! admissions and settlements that arrive meanwhile wait here and travel together in the
 //! next call of `batch.lua` (settlements first, then the leases kept alive, then each
-//! admission in order).
+//! admission in order). And the [`Grant`] an admitted request holds until its settlement
+//! joins that queue.
 
 use super::{redis_keys, Store};
 use std::sync::{Arc, Mutex};
@@ -112,7 +113,7 @@ impl Store {
                 // the map before it queues its settlement, so a lease read here has not
                 // been given back, and its settlement travels in a later call.
                 let kept = if refresh {
-                    self.leases_of(&name)
+                    self.leases.of(&name)
                 } else {
                     Vec::new()
                 };
@@ -198,6 +199,78 @@ impl Store {
         } else {
             self.script_failed();
             None
+        }
+    }
+}
+
+/// What an admitted request holds in the store until it ends: its lease and its token
+/// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
+/// back and the reservation stands.
+pub struct Grant {
+    store: Arc<Store>,
+    key: String,
+    lease: Option<String>,
+    /// Tokens reserved per window (minute, day); -1: no such window.
+    reserved: [i64; 2],
+    settled: bool,
+}
+
+impl Grant {
+    /// What a request holds: `lease` (if any) and `reserved` tokens per window (-1: none).
+    pub(super) fn new(
+        store: &Arc<Store>,
+        key: &str,
+        lease: Option<String>,
+        reserved: [i64; 2],
+    ) -> Grant {
+        Grant {
+            store: Arc::clone(store),
+            key: key.to_owned(),
+            lease,
+            reserved,
+            settled: false,
+        }
+    }
+
+    /// The most any window holds for this request (`None` without token windows).
+    pub fn reserved(&self) -> Option<u64> {
+        self.reserved
+            .iter()
+            .filter(|&&n| n >= 0)
+            .map(|&n| n as u64)
+            .max()
+    }
+
+    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
+    /// lease back, in the key's next store call: the response is not held up.
+    pub fn settle(mut self, used: Option<u64>) {
+        self.settled = true;
+        self.queue_settlement(used);
+    }
+
+    /// Puts the settlement in the queue of the key's next store call.
+    fn queue_settlement(&mut self, used: Option<u64>) {
+        let lease = self.lease.take();
+        if let Some(lease) = &lease {
+            self.store.leases.give_back(&self.key, lease);
+        }
+        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
+            return;
+        }
+        let settlement = Settlement {
+            reserved: self.reserved,
+            used: used.map_or(-1, |n| n.min(1 << 40) as i64),
+            lease,
+        };
+        self.store
+            .enqueue(&self.key, |queue| queue.settlements.push(settlement));
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.queue_settlement(None);
         }
     }
 }
