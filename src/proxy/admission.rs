@@ -61,8 +61,11 @@ impl Proxy {
                 match permit {
                     Ok(permit) => ctx.shared_count = Some(permit),
                     Err(error) => {
-                        // The key's headers as the store last gave them to this replica.
-                        (ctx.rate, ctx.tokens) = store.last_position(&key.name);
+                        // The key's headers as the store last gave them to this replica
+                        // (or, if it never answered for the key, as this process sees it).
+                        let (rate, tokens) = store.last_position(&key.name);
+                        ctx.rate = rate.or_else(|| limiter.rate_position(key));
+                        ctx.tokens = tokens.or_else(|| limiter.token_position(key));
                         return Err(error);
                     }
                 }
