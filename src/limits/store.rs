@@ -98,7 +98,7 @@ pub struct Refusal {
 
 /// The Redis keys of a key's limits, after the store's namespace (`limits_store.namespace`):
 /// request rate, token windows, leases, all with the key's name as their hash tag.
-fn redis_keys(namespace: &str, name: &str) -> [String; 3] {
+pub(super) fn redis_keys(namespace: &str, name: &str) -> [String; 3] {
     ["requests", "tokens", "leases"].map(|what| format!("{namespace}:sluice:{{{name}}}:{what}"))
 }
 
@@ -144,6 +144,19 @@ impl Store {
             duration: metrics.limits_store_duration.clone(),
             config,
         })
+    }
+
+    /// Asks the store once, at start: one that does not answer is down from the first
+    /// scrape and the first request on (gauge, `/readyz`, `on_error`), and probed.
+    pub async fn check(self: &Arc<Self>) {
+        let ping = |mut c: Connection| async move {
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        };
+        if self.call(ping).await.is_some() {
+            log::info!(target: "sluice::limits", "limits store answers");
+        } else {
+            self.probe();
+        }
     }
 
     /// Whether the store answered its last call.

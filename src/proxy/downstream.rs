@@ -3,9 +3,9 @@
 //! local or proxied.
 
 use super::context::{Failure, RequestContext};
-use crate::client_session::Session;
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
+use crate::http1::server::Session;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
@@ -227,12 +227,28 @@ impl Read {
         input + output
     }
 
-    /// The output limit the request itself sets, on routes that generate text (`None`
-    /// when it sets none): what its usage's output must stay within to be believed.
-    pub(super) fn output_limit(&self, kind: EndpointType) -> Option<u64> {
-        match self {
-            Read::Json(_, request) if kind.generates_text() => request.max_output_tokens,
+    /// The output limit the request carries upstream, on routes that generate text: its
+    /// own, or `enforced` (the model's `default_max_tokens`, with `enforce_output_limit`)
+    /// where the gateway writes that into a request that sets none; `None` when it has
+    /// none. What its usage's output must stay within to be believed.
+    pub(super) fn output_limit(&self, kind: EndpointType, enforced: Option<u64>) -> Option<u64> {
+        let written = match kind {
+            EndpointType::Chat | EndpointType::Completions | EndpointType::Responses => enforced,
             _ => None,
+        };
+        match self {
+            Read::Json(_, request) if kind.generates_text() => {
+                request.max_output_tokens.or(written)
+            }
+            _ => None,
+        }
+    }
+
+    /// Writes the model's default output limit into a JSON request that sets none
+    /// (`enforce_output_limit`).
+    pub(super) fn enforce_output_limit(&mut self, kind: EndpointType, limit: u64) {
+        if let Read::Json(_, request) = self {
+            request.enforce_output_limit(kind, limit);
         }
     }
 
