@@ -160,3 +160,31 @@ async fn a_raised_rate_never_lengthens_the_wait() {
         "then one per 100 ms"
     );
 }
+
+#[tokio::test]
+async fn the_limit_enforce_output_limit_writes_bounds_the_usage_believed() {
+    let mock = MockUpstream::start().await;
+    let config = limited_config(&mock.url(), "    tokens_per_minute: 100000").replace(
+        "  - id: chat-model\n    upstream: mock\n",
+        "  - id: chat-model\n    upstream: mock\n    default_max_tokens: 64\n    enforce_output_limit: true\n",
+    );
+    let gw = TestGateway::start(&config).await;
+    // The request sets no limit; the gateway writes 64: the slack is 64 more.
+    for output in [128, 129] {
+        mock.push(json_with_usage(&format!(
+            r#"{{"prompt_tokens":10,"completion_tokens":{output}}}"#
+        )));
+        let answer = chat(gw.addr(), LIMITED, &chat_body("chat-model")).await;
+        assert_eq!(answer.status, 200);
+    }
+    let lines = gw.log_lines(2).await;
+    assert_eq!(
+        lines[0]["output_tokens"], 128,
+        "within the written limit and slack"
+    );
+    assert_eq!(lines[1]["output_tokens"], serde_json::Value::Null);
+    assert_eq!(
+        gw.metric(r#"sluice_usage_implausible_total{upstream="mock"}"#),
+        1.0
+    );
+}
