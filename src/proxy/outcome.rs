@@ -167,8 +167,7 @@ pub(super) fn log_request(
             .as_ref()
             .map(RequestError::message)
             .or_else(|| upstream_error.and_then(|u| u.message.clone())),
-        retry_after_ms: retry_after
-            .map(|d| d.as_nanos().div_ceil(1_000_000).min(u64::MAX.into()) as u64),
+        retry_after_ms: retry_after.map(crate::error::wait_millis),
         since_previous_ms: (status == 429)
             .then_some(ctx.since_previous)
             .flatten()
