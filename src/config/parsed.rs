@@ -42,7 +42,8 @@ impl<T> Parsed<T> {
 }
 
 impl Errors {
-    /// Reads a whole file's text. A YAML syntax error stops it (reported with its line);
+    /// Reads a whole file's text. A YAML syntax error stops it (reported with its line and
+    /// key path, `syntax.rs`);
     /// anything else is reported field by field.
     pub(super) fn document<T: DeserializeOwned>(&mut self, text: &str) -> Option<Parsed<T>> {
         let value = match serde_yaml::from_str::<Value>(text) {
@@ -50,7 +51,8 @@ impl Errors {
             Ok(Value::Null) => Value::Mapping(Default::default()),
             Ok(value) => value,
             Err(error) => {
-                self.push("", error.to_string());
+                let (place, message) = super::syntax::describe(text, &error);
+                self.push(place, message);
                 return None;
             }
         };
@@ -133,10 +135,21 @@ fn message(path: &str, error: &serde_yaml::Error) -> String {
         .strip_prefix(path)
         .and_then(|rest| rest.strip_prefix(": "))
         .unwrap_or(&text);
-    match text.find(" at line ") {
-        Some(at) if error.location().is_some() => text[..at].to_string(),
-        _ => text.to_string(),
+    let text = match text.find(" at line ") {
+        Some(at) if error.location().is_some() => &text[..at],
+        _ => text,
+    };
+    // Rust's names for numbers mean nothing to whoever writes the file.
+    let mut text = text.to_string();
+    for (rust, ours) in [
+        ("expected u32", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected usize", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        text = text.replace(rust, ours);
     }
+    text
 }
 
 /// Reads each item of a list on its own, with its path (`upstreams[2]`).
