@@ -40,7 +40,7 @@ mod response;
 mod verdict;
 
 pub use body::RequestBody;
-pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
+pub use dispatch::{dispatch, Called, Delivery, Dispatch, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use exchange::Exchange;
 pub use health::Availability;

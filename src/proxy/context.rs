@@ -44,6 +44,8 @@ pub struct RequestContext {
     /// embeddings): one without it is counted in `sluice_usage_missing_total`.
     pub(super) usage_expected: bool,
     pub(super) since_previous: Option<Duration>,
+    /// Still running at the end of `shutdown_grace`, and ended there.
+    pub(super) cut_by_shutdown: bool,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
     pub(super) in_flight: Option<InFlight>,
@@ -73,6 +75,7 @@ impl RequestContext {
             grant: None,
             usage_expected: false,
             since_previous: None,
+            cut_by_shutdown: false,
             exchange: Exchange::default(),
             permits: Vec::new(),
             in_flight: None,

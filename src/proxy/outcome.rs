@@ -175,6 +175,7 @@ pub(super) fn log_request(
         upstream_status: upstream_error.map(|_| status),
         upstream_error_code: upstream_error.and_then(|u| u.code.as_deref()),
         upstream_request_id: upstream_error.and_then(|u| u.request_id.as_deref()),
+        cut_by_shutdown: ctx.cut_by_shutdown,
         input_tokens: ctx.exchange.usage.map(|u| u.input),
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,
