@@ -141,3 +141,28 @@ fn a_number_field_holding_text_asks_for_a_whole_number() {
         "g.yaml: keys[0].requests_per_minute: invalid type: string \"six\", expected a whole number"
     );
 }
+
+#[test]
+fn a_misspelt_field_gets_the_name_it_was_probably_meant_to_be() {
+    let error = only_error(
+        "upstreams:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    idle_timeuot: 5s\n",
+    );
+    assert!(
+        error.starts_with("g.yaml: upstreams[0].idle_timeuot: unknown field `idle_timeuot`"),
+        "{error}"
+    );
+    assert!(error.ends_with("; did you mean `idle_timeout`?"), "{error}");
+    let far = only_error("colour: blue\n");
+    assert!(
+        !far.contains("did you mean"),
+        "no guess when none is close: {far}"
+    );
+}
+
+#[test]
+fn a_port_past_65535_says_so() {
+    assert_eq!(
+        only_error("listen: 127.0.0.1:80800\n"),
+        "g.yaml: listen: '127.0.0.1:80800' is not an address like 127.0.0.1:8080: port 80800 is past 65535"
+    );
+}

@@ -143,9 +143,17 @@ pub(super) fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option
     match text.parse() {
         Ok(addr) => Some(addr),
         Err(_) => {
+            // The commonest slip: a port past 65535 (one digit too many).
+            let port = text.rsplit_once(':').map(|(_, port)| port);
+            let why = match port.and_then(|p| p.parse::<u64>().ok()) {
+                Some(port) if port > u64::from(u16::MAX) => {
+                    format!(": port {port} is past 65535")
+                }
+                _ => String::new(),
+            };
             errors.push(
                 path,
-                format!("'{text}' is not an address like 127.0.0.1:8080"),
+                format!("'{text}' is not an address like 127.0.0.1:8080{why}"),
             );
             None
         }
