@@ -24,13 +24,13 @@ fn the_shipped_configuration_passes_check() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout).trim_end(),
-        format!(
-            "{}: OK (8 models, 1 upstream, 1 key; 1 warning)",
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with(&format!(
+            "{}: OK (8 models, 1 upstream, 1 key",
             shipped_config()
-        ),
-        "the OK line counts what was loaded"
+        )),
+        "the OK line counts what was loaded: {stdout}"
     );
 }
 
