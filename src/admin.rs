@@ -3,8 +3,8 @@
 
 mod keys;
 
-use crate::client_session::Session as ServerSession;
 use crate::gateway::Gateway;
+use crate::http1::server::Session as ServerSession;
 use crate::http_app::{write_simple, App};
 use bytes::Bytes;
 use pingora::server::ShutdownWatch;

@@ -96,6 +96,8 @@ pub struct Config {
     pub client_idle_timeout: Duration,
     /// Client connections open at once; past it the listener stops accepting.
     pub max_connections: NonZeroU32,
+    /// Largest request head (request line and fields); past it 431.
+    pub max_header_bytes: usize,
     /// Resends after a failure that provably did not reach the upstream.
     pub retry_attempts: u32,
     /// First pause before a resend; doubled each time, with jitter.

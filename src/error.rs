@@ -52,6 +52,10 @@ pub enum RequestError {
     InvalidRequest {
         detail: &'static str,
     },
+    /// The request head is over `max_header_bytes` (or has too many fields).
+    RequestHeaderTooLarge,
+    /// The request's `Transfer-Encoding` is not the one coding `chunked`.
+    UnsupportedTransferEncoding,
     InvalidJson {
         detail: String,
     },
@@ -123,8 +127,10 @@ impl RequestError {
             | ResponseNotFound => 404,
             RequestTooLarge { .. } => 413,
             UnsupportedMediaType => 415,
+            RequestHeaderTooLarge => 431,
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => 429,
             Internal => 500,
+            UnsupportedTransferEncoding => 501,
             UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
                 502
             }
@@ -169,6 +175,8 @@ impl RequestError {
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
             InvalidRequest { .. } => "invalid_request",
+            RequestHeaderTooLarge => "request_header_too_large",
+            UnsupportedTransferEncoding => "unsupported_transfer_encoding",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
@@ -266,6 +274,12 @@ impl RequestError {
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
+            RequestHeaderTooLarge => "The request head (request line and headers) is larger \
+                than this gateway accepts; send fewer or shorter headers."
+                .into(),
+            UnsupportedTransferEncoding => "The request's Transfer-Encoding is not supported: \
+                send the body with Content-Length, or with Transfer-Encoding: chunked alone."
+                .into(),
             RepeatedKey { key } => format!(
                 "The request body names '{}' more than once; send each top-level key once.",
                 bounded(key)
@@ -354,7 +368,17 @@ mod tests {
                 415,
                 "unsupported_media_type",
             ),
+            (
+                RequestError::RequestHeaderTooLarge,
+                431,
+                "request_header_too_large",
+            ),
             (RequestError::Internal, 500, "internal_error"),
+            (
+                RequestError::UnsupportedTransferEncoding,
+                501,
+                "unsupported_transfer_encoding",
+            ),
             (
                 RequestError::UpstreamAuthFailed,
                 502,

@@ -1,24 +1,27 @@
 //! Every Prometheus series the gateway exports, in one owned registry (no globals, so tests
 //! run several gateways in one process). Labels come only from configuration and fixed sets.
 
+mod key_info;
+
 use crate::catalog::Key;
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use key_info::KeyInfo;
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Label value for a request that named no known key or model.
 pub const UNKNOWN: &str = "unknown";
 
 /// Rejections made before a key is known (`key="unknown"`).
-const ANONYMOUS_CODES: [&str; 4] = [
+const ANONYMOUS_CODES: [&str; 6] = [
     "missing_api_key",
     "invalid_api_key",
     "unknown_route",
     "invalid_request",
+    "request_header_too_large",
+    "unsupported_transfer_encoding",
 ];
 /// Rejections counted under a key's name: its own limits, and the key being inactive.
 const KEY_CODES: [&str; 3] = [
@@ -53,6 +56,8 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    /// Streams whose edits stopped at an event over the bound of what is held.
+    pub stream_edits_skipped: IntCounterVec,
     pub limits_store_up: IntGauge,
     pub limits_store_errors: IntCounterVec,
     pub limits_store_duration: Histogram,
@@ -129,6 +134,14 @@ impl Metrics {
                 "Failures talking to an upstream, by error code.",
             ),
             &["upstream", "code"],
+        )
+        .expect("valid metric");
+        let stream_edits_skipped = IntCounterVec::new(
+            Opts::new(
+                "sluice_stream_edits_skipped_total",
+                "Edited streams (usage taken out, IDs rewritten) with an event over 1 MiB: the rest passed unedited.",
+            ),
+            &["upstream"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
@@ -290,6 +303,7 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(rejections.clone()),
             Box::new(upstream_errors.clone()),
+            Box::new(stream_edits_skipped.clone()),
             Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
             Box::new(config_last_success.clone()),
@@ -325,6 +339,7 @@ impl Metrics {
             in_flight,
             rejections,
             upstream_errors,
+            stream_edits_skipped,
             config_reloads,
             config_generation,
             config_last_success,
@@ -386,6 +401,7 @@ impl Metrics {
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
             self.usage_missing.with_label_values(&[upstream]);
+            self.stream_edits_skipped.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);
@@ -411,79 +427,6 @@ impl Metrics {
         // Encoding into a Vec cannot fail for well-formed metrics.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
-    }
-}
-
-/// `sluice_key_info{key, <each of metric_labels>} 1`: the one series that carries key
-/// labels, to be joined onto any series with a `key` label. Its label names change with
-/// `metric_labels` on a reload, which a fixed-label vector cannot do, so it is collected
-/// from rows rebuilt at each load.
-#[derive(Clone)]
-struct KeyInfo {
-    desc: Arc<Desc>,
-    rows: Arc<Mutex<Vec<Metric>>>,
-}
-
-impl KeyInfo {
-    const NAME: &'static str = "sluice_key_info";
-
-    fn new() -> Self {
-        let desc = Desc::new(
-            Self::NAME.into(),
-            "Always 1; a key's labels listed in metric_labels, to join on the key label.".into(),
-            Vec::new(),
-            Default::default(),
-        )
-        .expect("valid metric");
-        KeyInfo {
-            desc: Arc::new(desc),
-            rows: Arc::default(),
-        }
-    }
-
-    fn replace(&self, keys: &[Arc<Key>], metric_labels: &[String]) {
-        let pair = |name: &str, value: &str| {
-            let mut pair = LabelPair::default();
-            pair.set_name(name.into());
-            pair.set_value(value.into());
-            pair
-        };
-        let rows = keys
-            .iter()
-            .map(|key| {
-                let mut labels = vec![pair("key", &key.name)];
-                for name in metric_labels {
-                    let value = key.labels.get(name).map_or("", String::as_str);
-                    labels.push(pair(name, value));
-                }
-                let mut gauge = Gauge::default();
-                gauge.set_value(1.0);
-                let mut metric = Metric::default();
-                metric.set_label(labels);
-                metric.set_gauge(gauge);
-                metric
-            })
-            .collect();
-        *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = rows;
-    }
-}
-
-impl Collector for KeyInfo {
-    fn desc(&self) -> Vec<&Desc> {
-        vec![&self.desc]
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if rows.is_empty() {
-            return Vec::new();
-        }
-        let mut family = MetricFamily::default();
-        family.set_name(Self::NAME.into());
-        family.set_help(self.desc.help.clone());
-        family.set_field_type(MetricType::GAUGE);
-        family.set_metric(rows);
-        vec![family]
     }
 }
 

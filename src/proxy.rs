@@ -39,10 +39,10 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key, Model};
-use crate::client_session::Session;
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::http1::server::Session;
 use crate::http_app::App;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
@@ -119,15 +119,23 @@ impl App for Proxy {
 
 impl Proxy {
     /// Reads a request head; `None` when there is none to serve (the client left, or sent a
-    /// head that cannot be parsed, answered 400, or a `CONNECT`, answered 405).
+    /// head that cannot be parsed, answered 400, one too large, 431, one whose transfer
+    /// coding is not `chunked` alone, 501, or a `CONNECT`, answered 405).
     async fn read_head(&self, session: &mut Session) -> Option<()> {
         match session.read_request().await {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
-                    // Made JSON, like every answer, by the client transport (`transport.rs`).
-                    let _ = session.respond_error(400).await;
+                // Made JSON, like every answer, by the client transport (`transport.rs`).
+                match e.etype() {
+                    ErrorType::InvalidHTTPHeader => {
+                        let _ = session.respond_error(400).await;
+                    }
+                    // 431 (a head too large), 501 (a transfer coding other than chunked).
+                    ErrorType::HTTPStatus(status) => {
+                        let _ = session.respond_error(*status).await;
+                    }
+                    _ => {}
                 }
                 session.shutdown().await;
                 return None;
@@ -203,13 +211,14 @@ impl Proxy {
     }
 
     /// At the end of `shutdown_grace`, for a request still running (its work dropped): a
-    /// 503 `overloaded` if nothing was sent yet, else the answer stays cut where it is;
-    /// logged either way, marked `cut_by_shutdown`. The connection closes.
+    /// 503 `overloaded` if nothing was sent yet, else the answer stays cut where it is
+    /// (logged `cut`); logged either way, marked `cut_by_shutdown`. The connection closes.
     async fn cut(&self, session: &mut Session, ctx: &mut RequestContext) {
         ctx.cut_by_shutdown = true;
         if session.response_started() {
-            // What the client saw: the upstream's status, as it was relayed.
+            // What the client saw: the upstream's status as it was relayed, then a break.
             self.note_status(ctx);
+            ctx.exchange.cut = true;
         } else {
             let error = RequestError::Overloaded {
                 retry_after: std::time::Duration::from_secs(1),

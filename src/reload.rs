@@ -186,5 +186,8 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.max_connections != new.max_connections {
         changed.push("max_connections");
     }
+    if old.max_header_bytes != new.max_header_bytes {
+        changed.push("max_header_bytes");
+    }
     changed
 }

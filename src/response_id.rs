@@ -213,10 +213,8 @@ impl IdRewrite {
 
     /// One whole SSE event (ending with its blank line), rewritten.
     pub fn event(&mut self, event: &[u8]) -> Vec<u8> {
-        for line in event.split(|&b| b == b'\n') {
-            if let Some(data) = line.strip_prefix(b"data:") {
-                self.learn(data.trim_ascii());
-            }
+        for data in crate::http1::sse::data_values(event) {
+            self.learn(event[data].trim_ascii());
         }
         self.replace(event)
     }

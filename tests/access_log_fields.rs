@@ -62,6 +62,7 @@ fn the_reference_lists_every_field_a_record_can_have_in_order() {
         upstream_status: Some(500),
         upstream_error_code: Some("boom"),
         upstream_request_id: Some("r"),
+        cut: true,
         cut_by_shutdown: true,
         input_tokens: Some(1),
         output_tokens: Some(1),

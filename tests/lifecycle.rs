@@ -199,8 +199,10 @@ async fn requests_still_running_when_the_grace_ends_are_cut_and_logged() {
         .collect();
     assert_eq!(cut.len(), 2, "one line each, marked: {stdout}");
     assert!(
-        cut.iter()
-            .any(|l| l["status"] == 200 && l["stream"] == true && l["upstream"] == "mock"),
+        cut.iter().any(|l| l["status"] == 200
+            && l["stream"] == true
+            && l["upstream"] == "mock"
+            && l["cut"] == true),
         "the stream's line has the status its client saw: {stdout}"
     );
     assert!(

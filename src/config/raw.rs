@@ -21,6 +21,7 @@ pub(super) struct RawConfig {
     pub(super) client_header_timeout: Option<RawDuration>,
     pub(super) client_idle_timeout: Option<RawDuration>,
     pub(super) max_connections: Option<u32>,
+    pub(super) max_header_bytes: Option<RawSize>,
     pub(super) retry_attempts: Option<u32>,
     pub(super) retry_backoff: Option<RawDuration>,
     pub(super) watch_interval: Option<RawDuration>,

@@ -3,9 +3,9 @@
 //! local or proxied.
 
 use super::context::{Failure, RequestContext};
-use crate::client_session::Session;
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
+use crate::http1::server::Session;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
