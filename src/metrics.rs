@@ -220,7 +220,7 @@ impl Metrics {
         .expect("valid metric");
         let limits_store_up = IntGauge::new(
             "sluice_limits_store_up",
-            "1 while the shared limits store (limits_store) answers; 0 while it does not, or when none is configured.",
+            "1 while the shared limits store (limits_store) answers; 0 while it does not (exported only with a limits_store).",
         )
         .expect("valid metric");
         let limits_store_errors = IntCounterVec::new(
@@ -316,9 +316,6 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
-            Box::new(limits_store_up.clone()),
-            Box::new(limits_store_errors.clone()),
-            Box::new(limits_store_duration.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
             Box::new(trace_spans_dropped.clone()),
@@ -390,9 +387,6 @@ impl Metrics {
         for result in ["success", "failure"] {
             self.config_reloads.with_label_values(&[result]);
         }
-        for kind in ["timeout", "connection", "script"] {
-            self.limits_store_errors.with_label_values(&[kind]);
-        }
         for code in ANONYMOUS_CODES {
             self.rejections.with_label_values(&[UNKNOWN, code]);
         }
@@ -418,6 +412,23 @@ impl Metrics {
             for code in KEY_CODES {
                 self.rejections.with_label_values(&[key, code]);
             }
+        }
+    }
+
+    /// Registers the limits store's series, at zero: only a gateway with a `limits_store`
+    /// exports them (an alert on the gauge must not fire where there is no store).
+    pub fn declare_limits_store(&self) {
+        let series: [Box<dyn prometheus::core::Collector>; 3] = [
+            Box::new(self.limits_store_up.clone()),
+            Box::new(self.limits_store_errors.clone()),
+            Box::new(self.limits_store_duration.clone()),
+        ];
+        for collector in series {
+            // Registered once per gateway: a second call finds them there.
+            let _ = self.registry.register(collector);
+        }
+        for kind in ["timeout", "connection", "script"] {
+            self.limits_store_errors.with_label_values(&[kind]);
         }
     }
 

@@ -272,7 +272,17 @@ pub async fn start_on(
         Arc::clone(&gateway),
         rest_watch.clone(),
     ));
-    let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
+    if let Some(store) = &gateway.limits_store {
+        store.check().await;
+    }
+    tokio::spawn(crate::key_switches::keep_fresh(
+        Arc::clone(&gateway),
+        rest_watch.clone(),
+    ));
+    let admin = Arc::new(crate::admin::Admin::new(
+        Arc::clone(&gateway),
+        config.admin_listen.ip().is_loopback(),
+    ));
     let (admin_addr, _) = listen(
         config.admin_listen,
         admin,
