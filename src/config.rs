@@ -21,6 +21,7 @@ mod response_ids;
 mod retry_on;
 mod server;
 mod store;
+mod syntax;
 mod tracing;
 mod upstream;
 mod values;

@@ -8,6 +8,15 @@ use crate::catalog::Inactive;
 use crate::clock::rfc3339;
 use std::time::Duration;
 
+/// The wait a client is told, in whole milliseconds: rounded up (a client that waits exactly
+/// this long is admitted) and at least 1. The message, `retry-after-ms` and the access
+/// log's `retry_after_ms` all state this one number.
+pub fn wait_millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// A failure the gateway answers itself, in the OpenAI error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestError {
@@ -242,7 +251,7 @@ impl RequestError {
             ),
             RateLimited { retry_after } => format!(
                 "Rate limit reached for this API key. Retry after {} ms.",
-                retry_after.as_millis()
+                wait_millis(*retry_after)
             ),
             TokensLimited {
                 retry_after,
@@ -252,7 +261,7 @@ impl RequestError {
             } => format!(
                 "Rate limit reached for {window} on this API key (limit {limit}): this request \
                  reserves {estimate} tokens (its input and requested output). Retry after {} ms.",
-                retry_after.as_millis()
+                wait_millis(*retry_after)
             ),
             ConcurrencyLimited { .. } => "Too many requests are in flight for this API key. \
                 Wait for one to finish before sending another."

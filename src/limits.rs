@@ -238,6 +238,14 @@ impl Limiter {
         (Ok(permit), since_previous)
     }
 
+    /// Notes the arrival of a request of `key` that is answered without its limits being
+    /// asked (the shared store's local gate refuses it): it is still the key's last use.
+    /// The time since the key's previous request.
+    pub fn note_arrival(&self, key: &Key) -> Option<Duration> {
+        let state = self.state(&key.name);
+        record_previous(&state.previous_micros, self.clock.now())
+    }
+
     /// Where a key stands on its rate limit now, without counting a request.
     pub fn rate_position(&self, key: &Key) -> Option<RateStatus> {
         let per_minute = key.requests_per_minute?;

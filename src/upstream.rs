@@ -45,7 +45,7 @@ mod verdict;
 
 pub use body::RequestBody;
 pub use call::Exchange;
-pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
+pub use dispatch::{dispatch, Called, Delivery, Dispatch, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
 pub use pool::{Pool, PoolPeer};

@@ -54,6 +54,8 @@ impl Proxy {
                 if let Some(refused) = store.gated(&key.name) {
                     // The headers a store's answer would carry, as the store last gave them.
                     (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                    // Refused here or by the store, it is the key's use (`last_used`).
+                    ctx.since_previous = limiter.note_arrival(key);
                     return Err(refused.error);
                 }
                 let (permit, since_previous) = limiter.count_in_flight(key);

@@ -47,6 +47,8 @@ pub struct RequestContext {
     /// believed.
     pub(super) output_limit: Option<u64>,
     pub(super) since_previous: Option<Duration>,
+    /// Still running at the end of `shutdown_grace`, and ended there.
+    pub(super) cut_by_shutdown: bool,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
     /// The request counted in its key's in-flight requests while the shared store decides
@@ -80,6 +82,7 @@ impl RequestContext {
             usage_expected: false,
             output_limit: None,
             since_previous: None,
+            cut_by_shutdown: false,
             exchange: Exchange::default(),
             permits: Vec::new(),
             shared_count: None,

@@ -186,8 +186,7 @@ pub(super) fn log_request(
             .as_ref()
             .map(RequestError::message)
             .or_else(|| upstream_error.and_then(|u| u.message.clone())),
-        retry_after_ms: retry_after
-            .map(|d| d.as_nanos().div_ceil(1_000_000).min(u64::MAX.into()) as u64),
+        retry_after_ms: retry_after.map(crate::error::wait_millis),
         since_previous_ms: (status == 429)
             .then_some(ctx.since_previous)
             .flatten()
@@ -195,6 +194,7 @@ pub(super) fn log_request(
         upstream_status: upstream_error.map(|_| status),
         upstream_error_code: upstream_error.and_then(|u| u.code.as_deref()),
         upstream_request_id: upstream_error.and_then(|u| u.request_id.as_deref()),
+        cut_by_shutdown: ctx.cut_by_shutdown,
         input_tokens: ctx.exchange.usage.map(|u| u.input),
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,

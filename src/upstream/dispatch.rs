@@ -92,15 +92,9 @@ pub struct Called {
     pub url: Option<String>,
 }
 
-/// A delivery's result with what it measured and whom it called.
-#[derive(Debug)]
-pub struct Dispatched {
-    pub delivery: Delivery,
-    pub measured: Exchange,
-    pub called: Called,
-}
-
 /// Delivers the request to one of the model's targets, resending where that is safe.
+/// What it measures and whom it calls go into `measured` (fresh) and `called` as they
+/// happen, so a request ended from outside (at the end of `shutdown_grace`) still has them.
 pub async fn dispatch(
     session: &mut Session,
     upstreams: &Upstreams,
@@ -108,23 +102,10 @@ pub async fn dispatch(
     // By reference, as every argument of these futures that is larger than a pointer: an
     // async fn's argument taken by value is stored twice in its future.
     dispatch: &Dispatch<'_>,
-) -> Dispatched {
-    let mut measured = Exchange::default();
-    let mut called = Called::default();
-    let delivery = attempts(
-        session,
-        upstreams,
-        metrics,
-        dispatch,
-        &mut measured,
-        &mut called,
-    )
-    .await;
-    Dispatched {
-        delivery,
-        measured,
-        called,
-    }
+    measured: &mut Exchange,
+    called: &mut Called,
+) -> Delivery {
+    attempts(session, upstreams, metrics, dispatch, measured, called).await
 }
 
 /// The attempt loop: choose, take a slot, exchange, verdict, resend or return.
