@@ -43,6 +43,12 @@ pub enum RequestError {
     InvalidRequest {
         detail: &'static str,
     },
+    /// A `multipart/form-data` body the gateway and its upstream could read differently
+    /// (also `invalid_request`); `param` names the field when there is one.
+    InvalidForm {
+        param: Option<&'static str>,
+        detail: &'static str,
+    },
     InvalidJson {
         detail: String,
     },
@@ -103,6 +109,7 @@ impl RequestError {
         match self {
             InvalidJson { .. }
             | InvalidRequest { .. }
+            | InvalidForm { .. }
             | RepeatedKey { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
@@ -159,7 +166,7 @@ impl RequestError {
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
-            InvalidRequest { .. } => "invalid_request",
+            InvalidRequest { .. } | InvalidForm { .. } => "invalid_request",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
@@ -186,6 +193,7 @@ impl RequestError {
             InvalidParameter { param, .. } => Some(param),
             ModelNotFound { .. } | EndpointNotSupported { .. } => Some("model"),
             RepeatedKey { key } => Some(bounded(key)),
+            InvalidForm { param, .. } => *param,
             _ => None,
         }
     }
@@ -257,6 +265,10 @@ impl RequestError {
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
+            InvalidForm { detail, .. } => format!(
+                "The multipart form is ambiguous: {detail}; send each field once, with one \
+                 Content-Disposition and a plain name parameter."
+            ),
             RepeatedKey { key } => format!(
                 "The request body names '{}' more than once; send each top-level key once.",
                 bounded(key)

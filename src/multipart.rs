@@ -5,7 +5,11 @@
 //!
 //! It checks the framing as it goes: a body without a boundary, one that ends before its
 //! closing delimiter, a part without headers, or one without a `model` field is refused
-//! before anything reaches an upstream.
+//! before anything reaches an upstream. Parsers disagree on which copy of a repeated field
+//! wins, so a form the gateway and its upstream could read differently is refused too: a
+//! second `model` or `stream` part, a part with two `Content-Disposition` fields, a folded
+//! header line, a `name*` parameter. Parameters are read with the quoted-string rules of
+//! RFC 7578 and RFC 9110 (`name="x;name=model"` is the name `x;name=model`).
 
 use crate::error::RequestError;
 use std::ops::Range;
@@ -48,6 +52,11 @@ fn malformed(detail: &'static str) -> RequestError {
     RequestError::InvalidRequest { detail }
 }
 
+/// A form whose fields the gateway and its upstream could read differently.
+fn ambiguous(param: Option<&'static str>, detail: &'static str) -> RequestError {
+    RequestError::InvalidForm { param, detail }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Before the first delimiter, or inside a part's content.
@@ -84,6 +93,9 @@ pub struct Scanner {
     value_at: i64,
     model: Option<(String, Range<u64>)>,
     stream: bool,
+    /// Parts named `model` and `stream` seen so far (file parts included).
+    model_parts: u32,
+    stream_parts: u32,
 }
 
 impl Scanner {
@@ -100,6 +112,8 @@ impl Scanner {
             value_at: 0,
             model: None,
             stream: false,
+            model_parts: 0,
+            stream_parts: 0,
         }
     }
 
@@ -173,7 +187,7 @@ impl Scanner {
         let value = String::from_utf8_lossy(&self.value).trim().to_owned();
         let end = self.window_at as u64;
         match self.field {
-            Field::Model if self.model.is_none() => {
+            Field::Model => {
                 let start = self.value_at as u64;
                 self.model = Some((value, start..end));
             }
@@ -209,7 +223,19 @@ impl Scanner {
             return Ok(false);
         };
         let head = String::from_utf8_lossy(&self.window[..at]).into_owned();
-        self.field = field_of(&head);
+        let part = part_of(&head)?;
+        let seen = match part.name.as_deref() {
+            Some("model") => Some((&mut self.model_parts, "model")),
+            Some("stream") => Some((&mut self.stream_parts, "stream")),
+            _ => None,
+        };
+        if let Some((count, name)) = seen {
+            *count += 1;
+            if *count > 1 {
+                return Err(ambiguous(Some(name), "it has more than one part of this name"));
+            }
+        }
+        self.field = part.field();
         self.consume(at + 4);
         self.value_at = self.window_at;
         self.state = State::Content;
@@ -217,32 +243,137 @@ impl Scanner {
     }
 }
 
-/// The field a part is, from its `Content-Disposition`: a file part is never the model.
-fn field_of(head: &str) -> Field {
-    let Some(disposition) = head.split("\r\n").find(|line| {
-        line.split_once(':')
-            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-disposition"))
-    }) else {
-        return Field::Other;
-    };
-    let mut name = None;
-    let mut file = false;
-    for parameter in disposition.split(';').skip(1) {
-        let Some((key, value)) = parameter.split_once('=') else {
-            continue;
+/// What a part's head says of it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Part {
+    /// The `name` parameter of its `Content-Disposition`.
+    name: Option<String>,
+    /// It has a `filename` (or `filename*`): a file, never a field value.
+    file: bool,
+}
+
+impl Part {
+    /// The field a part is: a file part is never the model.
+    fn field(&self) -> Field {
+        match self.name.as_deref() {
+            Some("model") if !self.file => Field::Model,
+            Some("stream") if !self.file => Field::Stream,
+            _ => Field::Other,
+        }
+    }
+}
+
+/// Reads a part's header lines: exactly one `Content-Disposition` is looked at, and a
+/// head another parser could read differently is refused.
+fn part_of(head: &str) -> Result<Part, RequestError> {
+    let mut disposition = None;
+    for line in head.split("\r\n") {
+        if line.starts_with([' ', '\t']) {
+            // obs-fold: some parsers join the line to the one before, others do not.
+            return Err(ambiguous(None, "a part's header line is folded"));
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(malformed("a multipart part's header line has no colon"));
         };
-        let value = value.trim().trim_matches('"');
-        match key.trim().to_ascii_lowercase().as_str() {
-            "name" => name = Some(value.to_owned()),
-            "filename" | "filename*" => file = true,
+        if !name.trim().eq_ignore_ascii_case("content-disposition") {
+            continue;
+        }
+        if disposition.replace(value).is_some() {
+            return Err(ambiguous(
+                None,
+                "a part has more than one Content-Disposition field",
+            ));
+        }
+    }
+    let Some(disposition) = disposition else {
+        return Ok(Part::default());
+    };
+    let mut part = Part::default();
+    for (name, value) in parameters(disposition)? {
+        match name.to_ascii_lowercase().as_str() {
+            "name" if part.name.is_some() => {
+                return Err(ambiguous(None, "a part's Content-Disposition names it twice"));
+            }
+            "name" => part.name = Some(value),
+            "name*" => {
+                return Err(ambiguous(
+                    None,
+                    "a part's Content-Disposition has a name* parameter (RFC 7578 forbids it)",
+                ));
+            }
+            "filename" | "filename*" => part.file = true,
             _ => {}
         }
     }
-    match name.as_deref() {
-        Some("model") if !file => Field::Model,
-        Some("stream") if !file => Field::Stream,
-        _ => Field::Other,
+    Ok(part)
+}
+
+/// The parameters of a `Content-Disposition` value (`form-data; name="a"; filename=b`):
+/// each value a token or a quoted string, whose backslash escapes are undone. Anything
+/// else (a parameter without `=`, text after a quoted string, an unclosed quote) is refused.
+fn parameters(value: &str) -> Result<Vec<(String, String)>, RequestError> {
+    let broken = || malformed("a part's Content-Disposition is not valid");
+    let mut rest = value.trim_start();
+    // The disposition type (`form-data`), up to the first parameter.
+    let end = rest.find(';').unwrap_or(rest.len());
+    if rest[..end].trim().is_empty() {
+        return Err(broken());
     }
+    rest = &rest[end..];
+    let mut out = Vec::new();
+    while let Some(after) = rest.strip_prefix(';') {
+        let after = after.trim_start();
+        if after.is_empty() {
+            // A trailing `;`: tolerated, as by every common parser.
+            break;
+        }
+        let (name, after) = after.split_once('=').ok_or_else(broken)?;
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(broken());
+        }
+        let after = after.trim_start();
+        let (value, after) = match after.strip_prefix('"') {
+            Some(quoted) => quoted_string(quoted).ok_or_else(broken)?,
+            None => {
+                let end = after.find([';', ' ', '\t']).unwrap_or(after.len());
+                let token = &after[..end];
+                if token.is_empty() || !token.bytes().all(is_token_byte) {
+                    return Err(broken());
+                }
+                (token.to_owned(), &after[end..])
+            }
+        };
+        rest = after.trim_start();
+        if !rest.is_empty() && !rest.starts_with(';') {
+            return Err(broken());
+        }
+        out.push((name.to_owned(), value));
+    }
+    if !rest.trim().is_empty() {
+        return Err(broken());
+    }
+    Ok(out)
+}
+
+/// The content of a quoted string whose opening quote was taken, and what follows its
+/// closing quote; `None` if it does not close. `\x` stands for `x`.
+fn quoted_string(text: &str) -> Option<(String, &str)> {
+    let mut value = String::new();
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, &text[at + 1..])),
+            '\\' => value.push(chars.next()?.1),
+            _ => value.push(c),
+        }
+    }
+    None
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -299,6 +430,87 @@ mod tests {
         );
         let garbage = b"--XyZ garbage";
         assert_eq!(scan_in(garbage, 3).unwrap_err().code(), "invalid_request");
+    }
+
+    /// A form of the given parts (head lines, value), closed.
+    fn parts(parts: &[(&str, &str)]) -> Vec<u8> {
+        let mut body = String::new();
+        for (head, value) in parts {
+            body.push_str(&format!("--XyZ\r\n{head}\r\n\r\n{value}\r\n"));
+        }
+        body.push_str("--XyZ--\r\n");
+        body.into_bytes()
+    }
+
+    fn refusal(body: &[u8]) -> (String, Option<String>) {
+        let error = scan_in(body, 5).unwrap_err();
+        (error.code().to_owned(), error.param().map(str::to_owned))
+    }
+
+    #[test]
+    fn forms_two_parsers_could_read_differently_are_refused() {
+        let model = "content-disposition: form-data; name=\"model\"";
+        let stream = "content-disposition: form-data; name=stream";
+        let cases: [(&[(&str, &str)], Option<&str>); 7] = [
+            (&[(model, "a"), (model, "b")], Some("model")),
+            (&[(stream, "true"), (model, "a"), (stream, "false")], Some("stream")),
+            (
+                &[
+                    (model, "a"),
+                    ("content-disposition: form-data; name=\"model\"; filename=\"m\"", "b"),
+                ],
+                Some("model"),
+            ),
+            (
+                &[(
+                    "content-disposition: form-data; name=\"x\"\r\nContent-Disposition: form-data; name=\"model\"",
+                    "b",
+                )],
+                None,
+            ),
+            (&[("content-disposition: form-data; name*=UTF-8''model", "b")], None),
+            (&[("content-disposition: form-data; name=\"a\"; name=\"model\"", "b")], None),
+            (&[("content-disposition: form-data;\r\n name=\"model\"", "b")], None),
+        ];
+        for (form, param) in cases {
+            assert_eq!(
+                refusal(&parts(form)),
+                ("invalid_request".to_owned(), param.map(str::to_owned)),
+                "{form:?} is refused"
+            );
+        }
+    }
+
+    #[test]
+    fn parameters_follow_the_quoted_string_rules() {
+        // `name="x;name=model"` is one name, `x;name=model`: not the model field.
+        let hidden = parts(&[
+            ("content-disposition: form-data; name=\"model\"", "whisper"),
+            ("content-disposition: form-data; name=\"x;name=model\"", "secret"),
+        ]);
+        assert_eq!(scan_in(&hidden, 3).unwrap().model, "whisper");
+        let escaped = parts(&[(
+            "content-disposition: form-data; name=\"mo\\del\"; x=\"a \\\"b\\\".wav\"",
+            "whisper",
+        )]);
+        assert_eq!(
+            scan_in(&escaped, 4).unwrap().model,
+            "whisper",
+            "a backslash escape stands for its character"
+        );
+        assert_eq!(
+            parameters(" form-data; name=\"a\\\"b;c\" ; filename=f.wav").unwrap(),
+            [("name".into(), "a\"b;c".into()), ("filename".into(), "f.wav".into())]
+        );
+        for broken in [
+            "form-data; name=\"open",
+            "form-data; name=\"a\"x",
+            "form-data; name",
+            "form-data; name=a b",
+            "; name=a",
+        ] {
+            assert!(parameters(broken).is_err(), "{broken:?} is refused");
+        }
     }
 
     #[test]

@@ -1,0 +1,168 @@
+//! Upload forms the gateway and its upstream could read differently are refused before
+//! anything reaches the upstream: the model the gateway authorises is the one that runs.
+//! Key `limited` may use `whisper`, not `whisper-secret`.
+
+mod common;
+use common::*;
+
+const LIMITED: &str = "sk-test-limited-0123456789";
+
+fn catalog(upstream_url: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstreams:
+  - name: mock
+    url: {upstream_url}
+models:
+  - id: whisper
+    upstream: mock
+    endpoint_type: audio_transcription
+    capabilities: [streaming]
+  - id: whisper-secret
+    upstream: mock
+    endpoint_type: audio_transcription
+keys:
+  - name: limited
+    sha256: {limited}
+    models: ["whisper"]
+"#,
+        limited = key_hash(LIMITED),
+    )
+}
+
+/// A form of a file part then the given parts (head lines, value).
+fn form(parts: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = b"--b0\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\ncontent-type: audio/wav\r\n\r\nRIFF....WAVE\r\n".to_vec();
+    for (head, value) in parts {
+        body.extend_from_slice(format!("--b0\r\n{head}\r\n\r\n{value}\r\n").as_bytes());
+    }
+    body.extend_from_slice(b"--b0--\r\n");
+    body
+}
+
+async fn upload(gw: &TestGateway, body: &[u8]) -> Response {
+    let auth = format!("Bearer {LIMITED}");
+    send(
+        gw.addr(),
+        "POST",
+        "/v1/audio/transcriptions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "multipart/form-data; boundary=b0"),
+        ],
+        body,
+    )
+    .await
+}
+
+const MODEL: &str = "content-disposition: form-data; name=\"model\"";
+
+#[tokio::test]
+async fn ambiguous_forms_get_invalid_request_and_never_reach_the_upstream() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&catalog(&mock.url())).await;
+    let stream = "Content-Disposition: form-data; name=stream";
+    let cases: [(&str, Vec<u8>, Option<&str>); 5] = [
+        (
+            "two model parts",
+            form(&[(MODEL, "whisper"), (MODEL, "whisper-secret")]),
+            Some("model"),
+        ),
+        (
+            "two stream parts",
+            form(&[(stream, "false"), (MODEL, "whisper"), (stream, "true")]),
+            Some("stream"),
+        ),
+        (
+            "a model part and a file part named model",
+            form(&[
+                (MODEL, "whisper"),
+                (
+                    "content-disposition: form-data; name=\"model\"; filename=\"m.txt\"",
+                    "whisper-secret",
+                ),
+            ]),
+            Some("model"),
+        ),
+        (
+            "a part with two Content-Disposition fields",
+            form(&[(
+                "content-disposition: form-data; name=\"model\"\r\ncontent-disposition: form-data; name=\"other\"",
+                "whisper",
+            )]),
+            None,
+        ),
+        (
+            "a name* parameter",
+            form(&[
+                (MODEL, "whisper"),
+                (
+                    "content-disposition: form-data; name=\"x\"; name*=UTF-8''model",
+                    "whisper-secret",
+                ),
+            ]),
+            None,
+        ),
+    ];
+    for (what, body, param) in cases {
+        let response = upload(&gw, &body).await;
+        let (status, kind, code, got_param) = response.error();
+        assert_eq!(
+            (status, kind.as_str(), code.as_str()),
+            (400, "invalid_request_error", "invalid_request"),
+            "{what}: refused with the envelope: {}",
+            response.text()
+        );
+        assert_eq!(
+            got_param,
+            param.map_or(serde_json::Value::Null, Into::into),
+            "{what}: the param names the repeated field"
+        );
+        assert!(
+            response.header("x-request-id").is_some(),
+            "{what}: the answer carries x-request-id"
+        );
+    }
+    assert_eq!(
+        mock.requests().len(),
+        0,
+        "no ambiguous form reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_quoted_semicolon_does_not_hide_the_model_part() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&catalog(&mock.url())).await;
+    // The name of the first part is `x;name=model` (a quoted string): the model is the
+    // second part's, which this key may not use.
+    let body = form(&[
+        ("content-disposition: form-data; name=\"x;name=model\"", "whisper"),
+        (MODEL, "whisper-secret"),
+    ]);
+    let response = upload(&gw, &body).await;
+    let (status, _, code, param) = response.error();
+    assert_eq!(
+        (status, code.as_str(), param),
+        (404, "model_not_found", "model".into()),
+        "the model read is the one the upstream would run: {}",
+        response.text()
+    );
+    assert_eq!(mock.requests().len(), 0, "nothing reached the upstream");
+
+    // Escapes in quoted strings are undone: this part is `model`, and the form passes.
+    mock.push(Reply::json(200, r#"{"text":"ok"}"#));
+    let body = form(&[(
+        "content-disposition: form-data; name=\"mo\\del\"",
+        "whisper",
+    )]);
+    let response = upload(&gw, &body).await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(
+        mock.requests()[0].body,
+        body,
+        "the form reached the upstream byte for byte"
+    );
+}
