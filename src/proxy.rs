@@ -399,6 +399,10 @@ impl Proxy {
                 inject_usage,
                 renames_model: tried > 0,
                 request_id: &ctx.request_id,
+                tenant: ctx
+                    .key
+                    .as_deref()
+                    .map_or("", |k| k.owner.as_deref().unwrap_or(&k.name)),
                 request_started: ctx.started,
                 response_headers,
                 retry_attempts: catalog.retry_attempts,
