@@ -9,10 +9,11 @@
 //! answer whose status `retry_on` names (a 429, a 503) can be handed back unrelayed so
 //! another target or a fallback model takes the request, and a stream cut after
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
-//! event.
+//! event. An error answer from an upstream that has a credential is read whole and its
+//! credential redacted before the client or the access log sees it.
 
 use super::body::Body;
-use super::error_record::UpstreamErrorRecord;
+use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::http1::{Head, Http1};
 use super::pool::Pool;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
@@ -210,7 +211,7 @@ pub(super) async fn exchange(
         .then(|| response.headers.get(crate::request_id::HEADER))
         .flatten()
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(|id| redacted(upstream, id.as_bytes()));
     let mut to_client = match response_header(response, call.response_headers) {
         Ok(header) => header,
         Err(invalid) => {
@@ -245,7 +246,13 @@ pub(super) async fn exchange(
         head: (success && call.read_model).then(Vec::new),
     });
     // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
-    // new length; anything else is relayed as it comes.
+    // new length; so is an error answer that may echo the upstream's credential, redacted
+    // (an event stream included: an error has no reason to stream). Anything else is
+    // relayed as it comes.
+    let redacts = status >= 400 && upstream.credential.is_some();
+    if redacts {
+        redact_fields(upstream, &mut to_client);
+    }
     let rewritten = match (&mut passing.edit, measured.event_stream) {
         (Some(Edit::Rewrite(rewrite)), false) => {
             match read_whole(session, &mut connection, upstream, deadline, measured).await {
@@ -260,6 +267,19 @@ pub(super) async fn exchange(
                         measured.response_model = model_named(&body[..body.len().min(HEAD_BYTES)]);
                     }
                     Some(bytes::Bytes::from(rewrite.json(&body)))
+                }
+                Err(outcome) => return outcome,
+            }
+        }
+        _ if redacts => {
+            match read_whole(session, &mut connection, upstream, deadline, measured).await {
+                Ok(body) => {
+                    let body = match redact(upstream, &body) {
+                        std::borrow::Cow::Owned(clean) => clean,
+                        std::borrow::Cow::Borrowed(_) => body,
+                    };
+                    passing.kept = Some(body[..body.len().min(KEPT_BODY_BYTES)].to_vec());
+                    Some(bytes::Bytes::from(body))
                 }
                 Err(outcome) => return outcome,
             }
@@ -324,6 +344,45 @@ pub(super) async fn exchange(
         status,
         retry_after,
     }
+}
+
+/// `text` with the upstream's credential (and `<auth_scheme> <credential>`) redacted.
+fn redact<'t>(upstream: &Upstream, text: &'t [u8]) -> std::borrow::Cow<'t, [u8]> {
+    match &upstream.credential {
+        Some(credential) => credential.redact(text, &upstream.style.auth_scheme),
+        None => std::borrow::Cow::Borrowed(text),
+    }
+}
+
+/// Redacts the credential in the fields of an answer to the client (an upstream's
+/// `x-request-id` that echoes it, now `x-upstream-request-id`...).
+fn redact_fields(upstream: &Upstream, header: &mut pingora::http::ResponseHeader) {
+    let mut echoing: Vec<http::HeaderName> = Vec::new();
+    for (name, value) in header.headers.iter() {
+        if matches!(redact(upstream, value.as_bytes()), std::borrow::Cow::Owned(_))
+            && !echoing.contains(name)
+        {
+            echoing.push(name.clone());
+        }
+    }
+    for name in echoing {
+        let values: Vec<Vec<u8>> = header
+            .headers
+            .get_all(&name)
+            .iter()
+            .map(|v| redact(upstream, v.as_bytes()).into_owned())
+            .collect();
+        header.remove_header(&name);
+        for value in values {
+            // Still a valid field value: `[redacted]` is plain text.
+            header.append_header(name.clone(), value.as_slice()).ok();
+        }
+    }
+}
+
+/// [`redact`], as a string (invalid UTF-8 replaced), for a header value that is kept.
+fn redacted(upstream: &Upstream, text: &[u8]) -> String {
+    String::from_utf8_lossy(&redact(upstream, text)).into_owned()
 }
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
