@@ -232,7 +232,10 @@ impl Scanner {
         if let Some((count, name)) = seen {
             *count += 1;
             if *count > 1 {
-                return Err(ambiguous(Some(name), "it has more than one part of this name"));
+                return Err(ambiguous(
+                    Some(name),
+                    "it has more than one part of this name",
+                ));
             }
         }
         self.field = part.field();
@@ -267,7 +270,7 @@ impl Part {
 /// head another parser could read differently is refused.
 fn part_of(head: &str) -> Result<Part, RequestError> {
     let mut disposition = None;
-    for line in head.split("\r\n") {
+    for line in head.split("\r\n").filter(|line| !line.is_empty()) {
         if line.starts_with([' ', '\t']) {
             // obs-fold: some parsers join the line to the one before, others do not.
             return Err(ambiguous(None, "a part's header line is folded"));
@@ -292,7 +295,10 @@ fn part_of(head: &str) -> Result<Part, RequestError> {
     for (name, value) in parameters(disposition)? {
         match name.to_ascii_lowercase().as_str() {
             "name" if part.name.is_some() => {
-                return Err(ambiguous(None, "a part's Content-Disposition names it twice"));
+                return Err(ambiguous(
+                    None,
+                    "a part's Content-Disposition names it twice",
+                ));
             }
             "name" => part.name = Some(value),
             "name*" => {
@@ -442,6 +448,9 @@ mod tests {
         body.into_bytes()
     }
 
+    /// One part of a test form: its head lines and its value.
+    type Piece<'a> = (&'a str, &'a str);
+
     fn refusal(body: &[u8]) -> (String, Option<String>) {
         let error = scan_in(body, 5).unwrap_err();
         (error.code().to_owned(), error.param().map(str::to_owned))
@@ -451,7 +460,7 @@ mod tests {
     fn forms_two_parsers_could_read_differently_are_refused() {
         let model = "content-disposition: form-data; name=\"model\"";
         let stream = "content-disposition: form-data; name=stream";
-        let cases: [(&[(&str, &str)], Option<&str>); 7] = [
+        let cases: [(&[Piece], Option<&str>); 7] = [
             (&[(model, "a"), (model, "b")], Some("model")),
             (&[(stream, "true"), (model, "a"), (stream, "false")], Some("stream")),
             (
@@ -486,7 +495,10 @@ mod tests {
         // `name="x;name=model"` is one name, `x;name=model`: not the model field.
         let hidden = parts(&[
             ("content-disposition: form-data; name=\"model\"", "whisper"),
-            ("content-disposition: form-data; name=\"x;name=model\"", "secret"),
+            (
+                "content-disposition: form-data; name=\"x;name=model\"",
+                "secret",
+            ),
         ]);
         assert_eq!(scan_in(&hidden, 3).unwrap().model, "whisper");
         let escaped = parts(&[(
@@ -500,7 +512,10 @@ mod tests {
         );
         assert_eq!(
             parameters(" form-data; name=\"a\\\"b;c\" ; filename=f.wav").unwrap(),
-            [("name".into(), "a\"b;c".into()), ("filename".into(), "f.wav".into())]
+            [
+                ("name".into(), "a\"b;c".into()),
+                ("filename".into(), "f.wav".into())
+            ]
         );
         for broken in [
             "form-data; name=\"open",

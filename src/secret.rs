@@ -131,7 +131,10 @@ mod tests {
             String::from_utf8(secret.redact(text.as_bytes(), scheme).into_owned()).unwrap()
         };
         assert_eq!(
-            redact(r#"{"error":"bad key: Bearer up-cred-42 rejected"}"#, "Bearer"),
+            redact(
+                r#"{"error":"bad key: Bearer up-cred-42 rejected"}"#,
+                "Bearer"
+            ),
             r#"{"error":"bad key: [redacted] rejected"}"#
         );
         assert_eq!(

@@ -331,7 +331,12 @@ async fn one_tenants_first_byte_timeouts_never_eject_a_shared_upstream_two_tenan
     mock.set_default(Reply::Silent);
     for key in [ALPHA, ALPHA, BETA, ALPHA, BETA] {
         let response = chat(gw.addr(), key, &chat_body("shared")).await;
-        assert_eq!(response.error().2, "upstream_timeout", "{}", response.text());
+        assert_eq!(
+            response.error().2,
+            "upstream_timeout",
+            "{}",
+            response.text()
+        );
     }
     assert_eq!(
         gw.gateway().upstreams.availability("shared"),
@@ -355,7 +360,12 @@ async fn one_tenants_first_byte_timeouts_never_eject_a_shared_upstream_two_tenan
     mock.set_default(Reply::Silent);
     for key in [ALPHA, GAMMA] {
         let response = chat(gw.addr(), key, &chat_body("shared")).await;
-        assert_eq!(response.error().2, "upstream_timeout", "{}", response.text());
+        assert_eq!(
+            response.error().2,
+            "upstream_timeout",
+            "{}",
+            response.text()
+        );
     }
     assert!(
         matches!(

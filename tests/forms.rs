@@ -139,7 +139,10 @@ async fn a_quoted_semicolon_does_not_hide_the_model_part() {
     // The name of the first part is `x;name=model` (a quoted string): the model is the
     // second part's, which this key may not use.
     let body = form(&[
-        ("content-disposition: form-data; name=\"x;name=model\"", "whisper"),
+        (
+            "content-disposition: form-data; name=\"x;name=model\"",
+            "whisper",
+        ),
         (MODEL, "whisper-secret"),
     ]);
     let response = upload(&gw, &body).await;

@@ -266,7 +266,10 @@ async fn an_upstream_that_echoes_its_credential_has_it_redacted() {
     for answer in [&json, &chunked, &events] {
         assert!(
             !answer.text().contains(UPSTREAM_SECRET)
-                && answer.headers.iter().all(|(_, v)| !v.contains(UPSTREAM_SECRET)),
+                && answer
+                    .headers
+                    .iter()
+                    .all(|(_, v)| !v.contains(UPSTREAM_SECRET)),
             "no answer holds the credential: {answer:?}"
         );
     }

@@ -80,7 +80,11 @@ mod tests {
     #[test]
     fn a_request_is_sampled_by_our_ratio_and_an_attempt_follows_it() {
         use SamplingDecision::{Drop, RecordAndSample};
-        assert_eq!(decide(0.0, SpanKind::Server, true), Drop, "a sampled caller");
+        assert_eq!(
+            decide(0.0, SpanKind::Server, true),
+            Drop,
+            "a sampled caller"
+        );
         assert_eq!(decide(1.0, SpanKind::Server, false), RecordAndSample);
         assert_eq!(decide(0.0, SpanKind::Client, true), RecordAndSample);
         assert_eq!(decide(1.0, SpanKind::Client, false), Drop);

@@ -359,8 +359,10 @@ fn redact<'t>(upstream: &Upstream, text: &'t [u8]) -> std::borrow::Cow<'t, [u8]>
 fn redact_fields(upstream: &Upstream, header: &mut pingora::http::ResponseHeader) {
     let mut echoing: Vec<http::HeaderName> = Vec::new();
     for (name, value) in header.headers.iter() {
-        if matches!(redact(upstream, value.as_bytes()), std::borrow::Cow::Owned(_))
-            && !echoing.contains(name)
+        if matches!(
+            redact(upstream, value.as_bytes()),
+            std::borrow::Cow::Owned(_)
+        ) && !echoing.contains(name)
         {
             echoing.push(name.clone());
         }

@@ -60,7 +60,10 @@ pub enum HealthEffect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Witness<'a> {
     /// A request, of this tenant (its key's `owner`, else the key's name).
-    Request { request_id: &'a str, tenant: &'a str },
+    Request {
+        request_id: &'a str,
+        tenant: &'a str,
+    },
     /// A request that could not connect: nothing of it was sent, so it tells of the
     /// upstream alone, as a check does.
     Connect { request_id: &'a str },
