@@ -12,7 +12,10 @@
 //! RFC 7578 and RFC 9110 (`name="x;name=model"` is the name `x;name=model`).
 
 use crate::error::RequestError;
+use part_head::part_of;
 use std::ops::Range;
+
+mod part_head;
 
 /// Longest part head (its header lines) accepted.
 const MAX_PART_HEAD_BYTES: usize = 16 << 10;
@@ -246,142 +249,6 @@ impl Scanner {
     }
 }
 
-/// What a part's head says of it.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Part {
-    /// The `name` parameter of its `Content-Disposition`.
-    name: Option<String>,
-    /// It has a `filename` (or `filename*`): a file, never a field value.
-    file: bool,
-}
-
-impl Part {
-    /// The field a part is: a file part is never the model.
-    fn field(&self) -> Field {
-        match self.name.as_deref() {
-            Some("model") if !self.file => Field::Model,
-            Some("stream") if !self.file => Field::Stream,
-            _ => Field::Other,
-        }
-    }
-}
-
-/// Reads a part's header lines: exactly one `Content-Disposition` is looked at, and a
-/// head another parser could read differently is refused.
-fn part_of(head: &str) -> Result<Part, RequestError> {
-    let mut disposition = None;
-    for line in head.split("\r\n").filter(|line| !line.is_empty()) {
-        if line.starts_with([' ', '\t']) {
-            // obs-fold: some parsers join the line to the one before, others do not.
-            return Err(ambiguous(None, "a part's header line is folded"));
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(malformed("a multipart part's header line has no colon"));
-        };
-        if !name.trim().eq_ignore_ascii_case("content-disposition") {
-            continue;
-        }
-        if disposition.replace(value).is_some() {
-            return Err(ambiguous(
-                None,
-                "a part has more than one Content-Disposition field",
-            ));
-        }
-    }
-    let Some(disposition) = disposition else {
-        return Ok(Part::default());
-    };
-    let mut part = Part::default();
-    for (name, value) in parameters(disposition)? {
-        match name.to_ascii_lowercase().as_str() {
-            "name" if part.name.is_some() => {
-                return Err(ambiguous(
-                    None,
-                    "a part's Content-Disposition names it twice",
-                ));
-            }
-            "name" => part.name = Some(value),
-            "name*" => {
-                return Err(ambiguous(
-                    None,
-                    "a part's Content-Disposition has a name* parameter (RFC 7578 forbids it)",
-                ));
-            }
-            "filename" | "filename*" => part.file = true,
-            _ => {}
-        }
-    }
-    Ok(part)
-}
-
-/// The parameters of a `Content-Disposition` value (`form-data; name="a"; filename=b`):
-/// each value a token or a quoted string, whose backslash escapes are undone. Anything
-/// else (a parameter without `=`, text after a quoted string, an unclosed quote) is refused.
-fn parameters(value: &str) -> Result<Vec<(String, String)>, RequestError> {
-    let broken = || malformed("a part's Content-Disposition is not valid");
-    let mut rest = value.trim_start();
-    // The disposition type (`form-data`), up to the first parameter.
-    let end = rest.find(';').unwrap_or(rest.len());
-    if rest[..end].trim().is_empty() {
-        return Err(broken());
-    }
-    rest = &rest[end..];
-    let mut out = Vec::new();
-    while let Some(after) = rest.strip_prefix(';') {
-        let after = after.trim_start();
-        if after.is_empty() {
-            // A trailing `;`: tolerated, as by every common parser.
-            break;
-        }
-        let (name, after) = after.split_once('=').ok_or_else(broken)?;
-        let name = name.trim();
-        if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(broken());
-        }
-        let after = after.trim_start();
-        let (value, after) = match after.strip_prefix('"') {
-            Some(quoted) => quoted_string(quoted).ok_or_else(broken)?,
-            None => {
-                let end = after.find([';', ' ', '\t']).unwrap_or(after.len());
-                let token = &after[..end];
-                if token.is_empty() || !token.bytes().all(is_token_byte) {
-                    return Err(broken());
-                }
-                (token.to_owned(), &after[end..])
-            }
-        };
-        rest = after.trim_start();
-        if !rest.is_empty() && !rest.starts_with(';') {
-            return Err(broken());
-        }
-        out.push((name.to_owned(), value));
-    }
-    if !rest.trim().is_empty() {
-        return Err(broken());
-    }
-    Ok(out)
-}
-
-/// The content of a quoted string whose opening quote was taken, and what follows its
-/// closing quote; `None` if it does not close. `\x` stands for `x`.
-fn quoted_string(text: &str) -> Option<(String, &str)> {
-    let mut value = String::new();
-    let mut chars = text.char_indices();
-    while let Some((at, c)) = chars.next() {
-        match c {
-            '"' => return Some((value, &text[at + 1..])),
-            '\\' => value.push(chars.next()?.1),
-            _ => value.push(c),
-        }
-    }
-    None
-}
-
-/// RFC 9110 `tchar`.
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,22 +377,6 @@ mod tests {
             "whisper",
             "a backslash escape stands for its character"
         );
-        assert_eq!(
-            parameters(" form-data; name=\"a\\\"b;c\" ; filename=f.wav").unwrap(),
-            [
-                ("name".into(), "a\"b;c".into()),
-                ("filename".into(), "f.wav".into())
-            ]
-        );
-        for broken in [
-            "form-data; name=\"open",
-            "form-data; name=\"a\"x",
-            "form-data; name",
-            "form-data; name=a b",
-            "; name=a",
-        ] {
-            assert!(parameters(broken).is_err(), "{broken:?} is refused");
-        }
     }
 
     #[test]

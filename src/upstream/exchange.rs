@@ -16,6 +16,7 @@ use super::body::Body;
 use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::http1::{Head, Http1};
 use super::pool::Pool;
+use super::redaction::{redact, redact_fields, redacted};
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::request::RequestHead;
 use super::response::{is_event_stream, response_header, upstream_retry_after};
@@ -344,47 +345,6 @@ pub(super) async fn exchange(
         status,
         retry_after,
     }
-}
-
-/// `text` with the upstream's credential (and `<auth_scheme> <credential>`) redacted.
-fn redact<'t>(upstream: &Upstream, text: &'t [u8]) -> std::borrow::Cow<'t, [u8]> {
-    match &upstream.credential {
-        Some(credential) => credential.redact(text, &upstream.style.auth_scheme),
-        None => std::borrow::Cow::Borrowed(text),
-    }
-}
-
-/// Redacts the credential in the fields of an answer to the client (an upstream's
-/// `x-request-id` that echoes it, now `x-upstream-request-id`...).
-fn redact_fields(upstream: &Upstream, header: &mut pingora::http::ResponseHeader) {
-    let mut echoing: Vec<http::HeaderName> = Vec::new();
-    for (name, value) in header.headers.iter() {
-        if matches!(
-            redact(upstream, value.as_bytes()),
-            std::borrow::Cow::Owned(_)
-        ) && !echoing.contains(name)
-        {
-            echoing.push(name.clone());
-        }
-    }
-    for name in echoing {
-        let values: Vec<Vec<u8>> = header
-            .headers
-            .get_all(&name)
-            .iter()
-            .map(|v| redact(upstream, v.as_bytes()).into_owned())
-            .collect();
-        header.remove_header(&name);
-        for value in values {
-            // Still a valid field value: `[redacted]` is plain text.
-            header.append_header(name.clone(), value.as_slice()).ok();
-        }
-    }
-}
-
-/// [`redact`], as a string (invalid UTF-8 replaced), for a header value that is kept.
-fn redacted(upstream: &Upstream, text: &[u8]) -> String {
-    String::from_utf8_lossy(&redact(upstream, text)).into_owned()
 }
 
 /// Gives a connection whose exchange is complete back to the pool, if it may be reused.
