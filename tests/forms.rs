@@ -64,7 +64,7 @@ async fn ambiguous_forms_get_invalid_request_and_never_reach_the_upstream() {
     let mock = MockUpstream::start().await;
     let gw = TestGateway::start(&catalog(&mock.url())).await;
     let stream = "Content-Disposition: form-data; name=stream";
-    let cases: [(&str, Vec<u8>, Option<&str>); 5] = [
+    let cases: [(&str, Vec<u8>, Option<&str>); 6] = [
         (
             "two model parts",
             form(&[(MODEL, "whisper"), (MODEL, "whisper-secret")]),
@@ -92,6 +92,17 @@ async fn ambiguous_forms_get_invalid_request_and_never_reach_the_upstream() {
                 "content-disposition: form-data; name=\"model\"\r\ncontent-disposition: form-data; name=\"other\"",
                 "whisper",
             )]),
+            None,
+        ),
+        (
+            "a name split in RFC 2231 continuations (email-based parsers join them)",
+            form(&[
+                (MODEL, "whisper"),
+                (
+                    "content-disposition: form-data; name*0=\"mo\"; name*1=\"del\"",
+                    "whisper-secret",
+                ),
+            ]),
             None,
         ),
         (

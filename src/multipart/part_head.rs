@@ -62,13 +62,16 @@ pub(super) fn part_of(head: &str) -> Result<Part, RequestError> {
                 ));
             }
             "name" => part.name = Some(value),
-            "name*" => {
+            // `name*`, and RFC 2231 continuations (`name*0`, `name*1*`...) that parsers
+            // built on email libraries join into a `name`.
+            other if other.starts_with("name*") => {
                 return Err(ambiguous(
                     None,
                     "a part's Content-Disposition has a name* parameter (RFC 7578 forbids it)",
                 ));
             }
-            "filename" | "filename*" => part.file = true,
+            // `filename`, `filename*`, or its continuations: a file.
+            other if other.starts_with("filename") => part.file = true,
             _ => {}
         }
     }
@@ -176,10 +179,18 @@ mod tests {
         let file =
             part_of("content-disposition: form-data; name=model; filename*=UTF-8''m").unwrap();
         assert_eq!(file.field(), Field::Other, "a file is never a field value");
+        let continued =
+            part_of("content-disposition: form-data; name=model; filename*0=m").unwrap();
+        assert_eq!(
+            continued.field(),
+            Field::Other,
+            "nor is a file named by continuations"
+        );
         assert_eq!(part_of("x-other: 1").unwrap(), Part::default());
         for head in [
             "content-disposition: form-data; name=a\r\nContent-Disposition: form-data; name=b",
             "content-disposition: form-data; name*=UTF-8''model",
+            "content-disposition: form-data; name=x; name*0=mo; NAME*1=del",
             "content-disposition: form-data; name=a; NAME=b",
             "content-disposition: form-data;\r\n\tname=model",
             "no colon here",
