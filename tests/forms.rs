@@ -117,6 +117,7 @@ async fn ambiguous_forms_get_invalid_request_and_never_reach_the_upstream() {
             None,
         ),
     ];
+    let cases_len = cases.len();
     for (what, body, param) in cases {
         let response = upload(&gw, &body).await;
         let (status, kind, code, got_param) = response.error();
@@ -140,6 +141,18 @@ async fn ambiguous_forms_get_invalid_request_and_never_reach_the_upstream() {
         mock.requests().len(),
         0,
         "no ambiguous form reached the upstream"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_rejections_total{code="invalid_request",key="limited"}"#),
+        cases_len as f64,
+        "each refusal is counted"
+    );
+    let logged = gw.log_lines(cases_len).await;
+    assert!(
+        logged
+            .iter()
+            .all(|line| line["status"] == 400 && line["error_code"] == "invalid_request"),
+        "each refusal is logged: {logged:?}"
     );
 }
 
