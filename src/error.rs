@@ -266,8 +266,8 @@ impl RequestError {
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
             InvalidForm { detail, .. } => format!(
-                "The multipart form is ambiguous: {detail}; send each field once, with one \
-                 Content-Disposition and a plain name parameter."
+                "The multipart form could be read in more than one way: {detail}. Send each \
+                 field once, under one Content-Disposition with a plain name parameter."
             ),
             RepeatedKey { key } => format!(
                 "The request body names '{}' more than once; send each top-level key once.",

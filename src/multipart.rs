@@ -37,18 +37,30 @@ pub struct Form {
 pub fn boundary(content_type: Option<&[u8]>) -> Result<Vec<u8>, RequestError> {
     let value = content_type.ok_or(RequestError::UnsupportedMediaType)?;
     let text = std::str::from_utf8(value).map_err(|_| RequestError::UnsupportedMediaType)?;
-    let mut parts = text.split(';');
-    let essence = parts.next().unwrap_or_default().trim();
+    let essence = text.split(';').next().unwrap_or_default().trim();
     if !essence.eq_ignore_ascii_case("multipart/form-data") {
         return Err(RequestError::UnsupportedMediaType);
     }
-    let boundary = parts
-        .filter_map(|p| p.split_once('='))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("boundary"))
-        .map(|(_, value)| value.trim().trim_matches('"'))
+    let parameters = part_head::parameters(text)
+        .ok_or(malformed("its content type's parameters are not valid"))?;
+    let mut boundary = None;
+    for (name, value) in parameters {
+        let name = name.to_ascii_lowercase();
+        // Two boundaries: one parser splits the body at the first, another at the last.
+        if name == "boundary" && boundary.replace(value).is_some() {
+            return Err(ambiguous(None, "its content type names two boundaries"));
+        }
+        if name.starts_with("boundary*") {
+            return Err(ambiguous(
+                None,
+                "its content type has a boundary* parameter",
+            ));
+        }
+    }
+    let boundary = boundary
         .filter(|b| !b.is_empty() && b.len() <= MAX_BOUNDARY_BYTES)
         .ok_or(malformed("its content type names no boundary"))?;
-    Ok(boundary.as_bytes().to_vec())
+    Ok(boundary.into_bytes())
 }
 
 fn malformed(detail: &'static str) -> RequestError {
@@ -128,10 +140,7 @@ impl Scanner {
                 State::Content => self.content(),
                 State::AfterDelimiter => self.after_delimiter()?,
                 State::Head => self.head()?,
-                State::End => {
-                    self.consume(self.window.len());
-                    false
-                }
+                State::End => self.epilogue()?,
             };
             if !progressed {
                 return Ok(());
@@ -206,6 +215,7 @@ impl Scanner {
             return Ok(false);
         }
         if self.window.starts_with(b"--") {
+            self.consume(2);
             self.state = State::End;
         } else if self.window.starts_with(b"\r\n") {
             self.consume(2);
@@ -216,6 +226,16 @@ impl Scanner {
             ));
         }
         Ok(true)
+    }
+
+    /// After the closing delimiter: line breaks and spaces only. A parser that splits the
+    /// body at every delimiter would read parts that follow it, which this one does not.
+    fn epilogue(&mut self) -> Result<bool, RequestError> {
+        if self.window.iter().any(|b| !b" \t\r\n".contains(b)) {
+            return Err(ambiguous(None, "text follows its closing boundary"));
+        }
+        self.consume(self.window.len());
+        Ok(false)
     }
 
     fn head(&mut self) -> Result<bool, RequestError> {
@@ -288,6 +308,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn nothing_but_line_breaks_may_follow_the_closing_boundary() {
+        let mut body = form(true);
+        assert!(scan_in(&body, 3).is_ok());
+        body.extend_from_slice(b"\r\n \r\n");
+        assert!(scan_in(&body, 3).is_ok(), "line breaks and spaces");
+        body.extend_from_slice(
+            b"--XyZ\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nother\r\n--XyZ--\r\n",
+        );
+        assert!(
+            matches!(scan_in(&body, 3), Err(RequestError::InvalidForm { .. })),
+            "a part after the end is refused: a splitting parser would read it"
+        );
     }
 
     #[test]
@@ -392,6 +427,28 @@ mod tests {
         assert_eq!(
             boundary(Some(b"multipart/form-data")).unwrap_err().code(),
             "invalid_request"
+        );
+        assert_eq!(
+            boundary(Some(b"multipart/form-data; boundary=----=_Part_0.1")).unwrap(),
+            b"----=_Part_0.1",
+            "a bare boundary with characters beyond a token"
+        );
+        for ambiguous in [
+            &b"multipart/form-data; boundary=a; boundary=b"[..],
+            b"multipart/form-data; boundary=\"a;boundary=b\"; Boundary=c",
+            b"multipart/form-data; boundary*=UTF-8''a",
+        ] {
+            let error = boundary(Some(ambiguous)).unwrap_err();
+            assert!(
+                matches!(error, RequestError::InvalidForm { .. }),
+                "{:?}: {error:?}",
+                String::from_utf8_lossy(ambiguous)
+            );
+        }
+        assert_eq!(
+            boundary(Some(b"multipart/form-data; boundary=\"a;boundary=b\"")).unwrap(),
+            b"a;boundary=b",
+            "a quoted semicolon is part of the boundary"
         );
     }
 }

@@ -43,15 +43,16 @@ fn form(parts: &[(&str, &str)]) -> Vec<u8> {
 }
 
 async fn upload(gw: &TestGateway, body: &[u8]) -> Response {
+    upload_as(gw, "multipart/form-data; boundary=b0", body).await
+}
+
+async fn upload_as(gw: &TestGateway, content_type: &str, body: &[u8]) -> Response {
     let auth = format!("Bearer {LIMITED}");
     send(
         gw.addr(),
         "POST",
         "/v1/audio/transcriptions",
-        &[
-            ("authorization", &auth),
-            ("content-type", "multipart/form-data; boundary=b0"),
-        ],
+        &[("authorization", &auth), ("content-type", content_type)],
         body,
     )
     .await
@@ -192,4 +193,40 @@ async fn a_quoted_semicolon_does_not_hide_the_model_part() {
         body,
         "the form reached the upstream byte for byte"
     );
+}
+
+#[tokio::test]
+async fn a_second_boundary_or_parts_after_the_end_are_refused() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&catalog(&mock.url())).await;
+    // A form on boundary `b0` (the model this key may use), then one on `b1` (the model it
+    // may not): a parser that takes the first boundary reads the first form, one that
+    // takes the last reads the second.
+    let mut body = form(&[(MODEL, "whisper")]);
+    body.extend_from_slice(
+        b"--b1\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nwhisper-secret\r\n--b1--\r\n",
+    );
+    let two = upload_as(&gw, "multipart/form-data; boundary=b0; boundary=b1", &body).await;
+    let (status, _, code, param) = two.error();
+    assert_eq!(
+        (status, code.as_str(), param),
+        (400, "invalid_request", serde_json::Value::Null),
+        "two boundaries: {}",
+        two.text()
+    );
+    // Another part after the closing boundary: a parser that splits at every delimiter
+    // reads it.
+    let mut body = form(&[(MODEL, "whisper")]);
+    body.extend_from_slice(
+        b"--b0\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nwhisper-secret\r\n--b0--\r\n",
+    );
+    let after = upload(&gw, &body).await;
+    let (status, _, code, _) = after.error();
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "invalid_request"),
+        "a part after the end: {}",
+        after.text()
+    );
+    assert_eq!(mock.requests().len(), 0, "nothing reached the upstream");
 }

@@ -53,7 +53,9 @@ pub(super) fn part_of(head: &str) -> Result<Part, RequestError> {
         return Ok(Part::default());
     };
     let mut part = Part::default();
-    for (name, value) in parameters(disposition)? {
+    let parameters = parameters(disposition)
+        .ok_or_else(|| malformed("a part's Content-Disposition is not valid"))?;
+    for (name, value) in parameters {
         match name.to_ascii_lowercase().as_str() {
             "name" if part.name.is_some() => {
                 return Err(ambiguous(
@@ -78,16 +80,16 @@ pub(super) fn part_of(head: &str) -> Result<Part, RequestError> {
     Ok(part)
 }
 
-/// The parameters of a `Content-Disposition` value (`form-data; name="a"; filename=b`):
-/// each value a token or a quoted string, whose backslash escapes are undone. Anything
-/// else (a parameter without `=`, text after a quoted string, an unclosed quote) is refused.
-fn parameters(value: &str) -> Result<Vec<(String, String)>, RequestError> {
-    let broken = || malformed("a part's Content-Disposition is not valid");
+/// The parameters of a `Content-Disposition` or `Content-Type` value (`form-data;
+/// name="a"; filename=b`): each value a quoted string, whose backslash escapes are undone,
+/// or a bare run of visible characters other than `;` and `"`. Anything else (a parameter
+/// without `=`, text after a quoted string, an unclosed quote) is `None`.
+pub(super) fn parameters(value: &str) -> Option<Vec<(String, String)>> {
     let mut rest = value.trim_start();
-    // The disposition type (`form-data`), up to the first parameter.
+    // The disposition or media type, up to the first parameter.
     let end = rest.find(';').unwrap_or(rest.len());
     if rest[..end].trim().is_empty() {
-        return Err(broken());
+        return None;
     }
     rest = &rest[end..];
     let mut out = Vec::new();
@@ -97,33 +99,35 @@ fn parameters(value: &str) -> Result<Vec<(String, String)>, RequestError> {
             // A trailing `;`: tolerated, as by every common parser.
             break;
         }
-        let (name, after) = after.split_once('=').ok_or_else(broken)?;
+        let (name, after) = after.split_once('=')?;
         let name = name.trim();
         if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(broken());
+            return None;
         }
         let after = after.trim_start();
         let (value, after) = match after.strip_prefix('"') {
-            Some(quoted) => quoted_string(quoted).ok_or_else(broken)?,
+            Some(quoted) => quoted_string(quoted)?,
             None => {
-                let end = after.find([';', ' ', '\t']).unwrap_or(after.len());
-                let token = &after[..end];
-                if token.is_empty() || !token.bytes().all(is_token_byte) {
-                    return Err(broken());
+                let end = after
+                    .find(|c: char| c == ';' || c.is_ascii_whitespace())
+                    .unwrap_or(after.len());
+                let bare = &after[..end];
+                if bare.is_empty() || bare.contains(|c: char| c == '"' || c.is_control()) {
+                    return None;
                 }
-                (token.to_owned(), &after[end..])
+                (bare.to_owned(), &after[end..])
             }
         };
         rest = after.trim_start();
         if !rest.is_empty() && !rest.starts_with(';') {
-            return Err(broken());
+            return None;
         }
         out.push((name.to_owned(), value));
     }
     if !rest.trim().is_empty() {
-        return Err(broken());
+        return None;
     }
-    Ok(out)
+    Some(out)
 }
 
 /// The content of a quoted string whose opening quote was taken, and what follows its
@@ -164,9 +168,10 @@ mod tests {
             "form-data; name=\"a\"x",
             "form-data; name",
             "form-data; name=a b",
+            "form-data; name=a\"b",
             "; name=a",
         ] {
-            assert!(parameters(broken).is_err(), "{broken:?} is refused");
+            assert!(parameters(broken).is_none(), "{broken:?} is refused");
         }
     }
 
