@@ -19,7 +19,7 @@ mod part_head;
 
 /// Longest part head (its header lines) accepted.
 const MAX_PART_HEAD_BYTES: usize = 16 << 10;
-/// Longest `model` or `stream` value read.
+/// Longest `model` or `stream` value accepted (a longer one is refused, never cut).
 const MAX_FIELD_BYTES: usize = 1024;
 /// RFC 2046: a boundary is 1 to 70 characters.
 const MAX_BOUNDARY_BYTES: usize = 70;
@@ -92,6 +92,34 @@ enum Field {
     Other,
 }
 
+impl Field {
+    /// The request parameter the field is, if the gateway reads it.
+    fn param(self) -> Option<&'static str> {
+        match self {
+            Field::Model => Some("model"),
+            Field::Stream => Some("stream"),
+            Field::Other => None,
+        }
+    }
+}
+
+/// A form's `stream` value, read as the upstreams' form parsers read a boolean (FastAPI's,
+/// behind vLLM, takes `1`, `yes`, `on`... as true): a value the gateway would read as
+/// false and an upstream as true would stream past the capability check.
+fn stream_value(value: &str) -> Result<bool, RequestError> {
+    const TRUE: [&str; 6] = ["true", "1", "yes", "y", "on", "t"];
+    const FALSE: [&str; 6] = ["false", "0", "no", "n", "off", "f"];
+    let is = |set: &[&str]| set.iter().any(|v| v.eq_ignore_ascii_case(value));
+    match (is(&TRUE), is(&FALSE)) {
+        (true, _) => Ok(true),
+        (_, true) => Ok(false),
+        _ => Err(RequestError::InvalidParameter {
+            param: "stream".into(),
+            message: "The form field 'stream' must be true or false.".into(),
+        }),
+    }
+}
+
 /// Reads a form's framing and the fields the gateway needs, fed the body in chunks.
 pub struct Scanner {
     /// `\r\n--boundary`: the body is read as if it started with a line break, so the first
@@ -137,7 +165,7 @@ impl Scanner {
         self.window.extend_from_slice(chunk);
         loop {
             let progressed = match self.state {
-                State::Content => self.content(),
+                State::Content => self.content()?,
                 State::AfterDelimiter => self.after_delimiter()?,
                 State::Head => self.head()?,
                 State::End => self.epilogue()?,
@@ -171,31 +199,39 @@ impl Scanner {
     }
 
     /// Content up to the next delimiter (or what surely is not part of one).
-    fn content(&mut self) -> bool {
+    fn content(&mut self) -> Result<bool, RequestError> {
         let found = memchr::memmem::find(&self.window, &self.delimiter);
         let end = match found {
             Some(at) => at,
             // The last bytes may start a delimiter that the next chunk completes.
             None => self.window.len().saturating_sub(self.delimiter.len() - 1),
         };
-        if self.field != Field::Other {
-            let room = MAX_FIELD_BYTES.saturating_sub(self.value.len());
-            self.value.extend_from_slice(&self.window[..end.min(room)]);
+        if let Some(param) = self.field.param() {
+            // A value read in part would be checked as one thing and run as another.
+            if self.value.len() + end > MAX_FIELD_BYTES {
+                return Err(RequestError::InvalidParameter {
+                    param: param.into(),
+                    message: format!(
+                        "The form field '{param}' is longer than {MAX_FIELD_BYTES} bytes."
+                    ),
+                });
+            }
+            self.value.extend_from_slice(&self.window[..end]);
         }
         self.consume(end);
         match found {
             Some(_) => {
-                self.close_field();
+                self.close_field()?;
                 self.consume(self.delimiter.len());
                 self.state = State::AfterDelimiter;
-                true
+                Ok(true)
             }
-            None => false,
+            None => Ok(false),
         }
     }
 
     /// Notes the value of the part that just ended, if it is one the gateway needs.
-    fn close_field(&mut self) {
+    fn close_field(&mut self) -> Result<(), RequestError> {
         let value = String::from_utf8_lossy(&self.value).trim().to_owned();
         let end = self.window_at as u64;
         match self.field {
@@ -203,11 +239,12 @@ impl Scanner {
                 let start = self.value_at as u64;
                 self.model = Some((value, start..end));
             }
-            Field::Stream => self.stream = value.eq_ignore_ascii_case("true"),
-            _ => {}
+            Field::Stream => self.stream = stream_value(&value)?,
+            Field::Other => {}
         }
         self.field = Field::Other;
         self.value.clear();
+        Ok(())
     }
 
     fn after_delimiter(&mut self) -> Result<bool, RequestError> {
@@ -322,6 +359,34 @@ mod tests {
         assert!(
             matches!(scan_in(&body, 3), Err(RequestError::InvalidForm { .. })),
             "a part after the end is refused: a splitting parser would read it"
+        );
+    }
+
+    #[test]
+    fn stream_is_read_as_a_form_parser_reads_a_boolean_and_values_are_never_cut() {
+        let stream = |value: &str| {
+            scan_in(
+                &parts(&[
+                    ("content-disposition: form-data; name=model", "whisper"),
+                    ("content-disposition: form-data; name=stream", value),
+                ]),
+                4,
+            )
+            .map(|form| form.stream)
+        };
+        assert_eq!(stream("1"), Ok(true));
+        assert_eq!(stream("ON"), Ok(true));
+        assert_eq!(stream("false"), Ok(false));
+        assert_eq!(stream("maybe").unwrap_err().param(), Some("stream"));
+        let long = format!("whisper{}", " ".repeat(MAX_FIELD_BYTES));
+        let refused = scan_in(
+            &parts(&[("content-disposition: form-data; name=model", &long)]),
+            64,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (refused.code(), refused.param()),
+            ("invalid_parameter", Some("model"))
         );
     }
 

@@ -1,6 +1,6 @@
 //! Upload forms the gateway and its upstream could read differently are refused before
 //! anything reaches the upstream: the model the gateway authorises is the one that runs.
-//! Key `limited` may use `whisper`, not `whisper-secret`.
+//! Key `limited` may use `whisper` (which does not stream), not `whisper-secret`.
 
 mod common;
 use common::*;
@@ -19,7 +19,6 @@ models:
   - id: whisper
     upstream: mock
     endpoint_type: audio_transcription
-    capabilities: [streaming]
   - id: whisper-secret
     upstream: mock
     endpoint_type: audio_transcription
@@ -227,6 +226,34 @@ async fn a_second_boundary_or_parts_after_the_end_are_refused() {
         (400, "invalid_request"),
         "a part after the end: {}",
         after.text()
+    );
+    assert_eq!(mock.requests().len(), 0, "nothing reached the upstream");
+}
+
+#[tokio::test]
+async fn field_values_are_read_as_the_upstream_reads_them_or_refused() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&catalog(&mock.url())).await;
+    // FastAPI (vLLM) reads `stream=1` as true: so does the gateway, and `whisper` does
+    // not stream.
+    let stream = "content-disposition: form-data; name=\"stream\"";
+    let one = upload(&gw, &form(&[(MODEL, "whisper"), (stream, "1")])).await;
+    let (status, _, code, param) = one.error();
+    assert_eq!(
+        (status, code.as_str(), param),
+        (400, "capability_not_supported", "stream".into()),
+        "{}",
+        one.text()
+    );
+    let odd = upload(&gw, &form(&[(MODEL, "whisper"), (stream, "sometimes")])).await;
+    assert_eq!(odd.error().2, "invalid_parameter");
+    // A model value is never read in part.
+    let long = format!("whisper{}x", " ".repeat(2000));
+    let cut = upload(&gw, &form(&[(MODEL, &long)])).await;
+    let (status, _, code, param) = cut.error();
+    assert_eq!(
+        (status, code.as_str(), param),
+        (400, "invalid_parameter", "model".into())
     );
     assert_eq!(mock.requests().len(), 0, "nothing reached the upstream");
 }
