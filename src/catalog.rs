@@ -5,6 +5,7 @@ use crate::clock::WallClock;
 use crate::config::{Config, KeyConfig, ProviderStyle, UpstreamConfig, UpstreamPolicy};
 use crate::endpoint::EndpointType;
 use crate::glob;
+use crate::response_id::IdKeys;
 use crate::secret::{KeyHash, Secret};
 use crate::upstream::PoolPeer;
 use bytes::Bytes;
@@ -59,6 +60,8 @@ pub struct Model {
     pub entry_json: Bytes,
     /// Output tokens reserved for a request that names no limit of its own.
     pub default_max_tokens: u64,
+    /// `default_max_tokens` is written into a request that sets no output limit.
+    pub enforce_output_limit: bool,
 }
 
 /// A client API key's settings. The key itself is never held, only its hash.
@@ -106,6 +109,12 @@ impl Inactive {
 }
 
 impl Key {
+    /// Whose stored responses the key reads and makes: its `owner` (a team's keys share
+    /// them), else the key alone.
+    pub fn response_owner(&self) -> &str {
+        self.owner.as_deref().unwrap_or(&self.name)
+    }
+
     /// This key with each limit divided by `replicas` (rounded up, at least 1): what one
     /// replica enforces alone while the shared limits store is down.
     pub fn divided(&self, replicas: NonZeroU32) -> Key {
@@ -187,6 +196,11 @@ pub struct Catalog {
     ordered_keys: Vec<Arc<Key>>,
     /// Key labels exported as labels of `sluice_key_info`.
     pub metric_labels: Vec<String>,
+    /// The configured secrets of stored-response IDs (`response_ids`); `None`: the
+    /// gateway's own secret of this process signs them.
+    pub response_ids: Option<IdKeys>,
+    /// The admin listener's tokens (`admin_tokens`, `admin_token_env`).
+    pub admin_tokens: Vec<crate::config::AdminToken>,
 }
 
 impl Catalog {
@@ -231,6 +245,7 @@ impl Catalog {
                     endpoints: m.endpoints.clone(),
                     entry_json: Bytes::from(entry.to_string()),
                     default_max_tokens: m.default_max_tokens,
+                    enforce_output_limit: m.enforce_output_limit,
                 })
             })
             .collect();
@@ -263,6 +278,13 @@ impl Catalog {
             keys,
             ordered_keys,
             metric_labels: config.metric_labels.clone(),
+            admin_tokens: config.admin_tokens.clone(),
+            response_ids: config.response_ids.as_ref().map(|secrets| {
+                IdKeys::new(
+                    secrets.current.expose().as_bytes(),
+                    secrets.previous.as_ref().map(|p| p.expose().as_bytes()),
+                )
+            }),
         }
     }
 

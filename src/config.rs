@@ -10,11 +10,14 @@
 //! `upstream`, `model` and `key`, from the serde shapes in `raw` as `parsed` reads them,
 //! with the error collector and scalar checks of `values`.
 
+mod admin;
 mod key;
+mod keys_alone;
 mod model;
 mod parsed;
 mod provider;
 mod raw;
+mod response_ids;
 mod retry_on;
 mod server;
 mod store;
@@ -22,6 +25,8 @@ mod tracing;
 mod upstream;
 mod values;
 
+pub use admin::{AdminToken, ENV_TOKEN_NAME};
+pub use keys_alone::with_keys_file;
 pub use values::{name_problem, parse_size, text_problem};
 
 use crate::clock::{SystemWallClock, WallClock};
@@ -94,6 +99,8 @@ pub struct Config {
     pub client_idle_timeout: Duration,
     /// Client connections open at once; past it the listener stops accepting.
     pub max_connections: NonZeroU32,
+    /// Largest request head (request line and fields); past it 431.
+    pub max_header_bytes: usize,
     /// Resends after a failure that provably did not reach the upstream.
     pub retry_attempts: u32,
     /// First pause before a resend; doubled each time, with jitter.
@@ -114,6 +121,21 @@ pub struct Config {
     pub limits_store: Option<LimitsStoreConfig>,
     /// `tracing:`: traces exported over OTLP; `None` (the section absent) traces nothing.
     pub tracing: Option<TracingConfig>,
+    /// `response_ids:`: what stored-response IDs are signed with; `None`: a secret of
+    /// this process alone.
+    pub response_ids: Option<ResponseIdSecrets>,
+    /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
+    /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
+    pub admin_tokens: Vec<AdminToken>,
+}
+
+/// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
+#[derive(Debug, Clone)]
+pub struct ResponseIdSecrets {
+    /// Signs new IDs and reads them.
+    pub current: Secret,
+    /// Still reads IDs made before a rotation.
+    pub previous: Option<Secret>,
 }
 
 /// `limits_store`: the Redis (or Valkey) that holds the limits every replica shares.
@@ -284,6 +306,9 @@ pub struct ModelConfig {
     pub created: u64,
     /// Output tokens reserved for a request that names no limit of its own.
     pub default_max_tokens: u64,
+    /// A request that sets no output limit gets `default_max_tokens` written into it, so
+    /// what is reserved is a ceiling.
+    pub enforce_output_limit: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -361,6 +386,11 @@ pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, Config
     Ok(config)
 }
 
+/// A configuration or keys file's text, as the loader reads it.
+pub fn read_file(path: &Path) -> std::io::Result<String> {
+    read_text_file(path)
+}
+
 /// Largest configuration or keys file read.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
@@ -422,6 +452,23 @@ pub fn parse_with(
         upstreams_readable.then_some(declared.as_slice()),
     );
     let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let admin_tokens = admin::admin_tokens(
+        &mut errors,
+        raw.admin_token_env.as_deref(),
+        raw.admin_tokens,
+        settings.admin_listen(),
+        env,
+    );
+    let serves_responses = models.iter().any(|m| {
+        m.endpoints
+            .contains(&crate::endpoint::EndpointType::Responses)
+    });
+    let response_ids = response_ids::response_ids(
+        &mut errors,
+        raw.response_ids.as_ref(),
+        serves_responses,
+        env,
+    );
     let model_ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     let before_keys = errors.list.len();
     let keys = key::keys(
@@ -445,5 +492,7 @@ pub fn parse_with(
     let mut config = settings.into_config(upstreams, models, keys, metric_labels, errors.warnings);
     config.limits_store = limits_store;
     config.tracing = tracing;
+    config.response_ids = response_ids;
+    config.admin_tokens = admin_tokens;
     Ok(config)
 }

@@ -6,9 +6,11 @@
 //!   time does not hold the connection;
 //! - between requests, a keep-alive connection waits at most `client_idle_timeout` for the
 //!   next one;
+//! - a request head is at most `max_header_bytes` (the session reads no more of it);
 //! - the bare answer the session gives a head it refuses (`400` for one it cannot read,
-//!   `405` for `CONNECT`, `client_session.rs`) is replaced, on its way out, by the
-//!   gateway's error envelope with an `x-request-id`, logged and counted.
+//!   `405` for `CONNECT`, `431` for one too large, `501` for a transfer coding other than
+//!   `chunked`, `http1/server.rs`) is replaced, on its way out, by the gateway's error
+//!   envelope with an `x-request-id`, logged and counted.
 //!
 //! A deadline that passes reads as the end of the stream: the session closes the
 //! connection as it would for a client that left.
@@ -29,17 +31,21 @@ pub struct ClientPolicy {
     pub idle_timeout: Duration,
     /// Connections open at once; past it the listener stops accepting until one closes.
     pub max_connections: usize,
+    /// Largest request head (`max_header_bytes`).
+    pub max_header_bytes: usize,
     /// `None`: the session's bare answers go out as they are (the admin and echo listeners).
     pub answer_rejection: Option<RejectionAnswer>,
 }
 
 impl ClientPolicy {
-    /// The defaults of `client_header_timeout`, `client_idle_timeout` and `max_connections`.
+    /// The defaults of `client_header_timeout`, `client_idle_timeout`, `max_connections`
+    /// and `max_header_bytes`.
     pub fn standard() -> Self {
         ClientPolicy {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            max_header_bytes: crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
             answer_rejection: None,
         }
     }
@@ -74,6 +80,8 @@ pub enum Outgoing {
 pub struct ClientConnection {
     header_timeout: Duration,
     idle_timeout: Duration,
+    /// Largest request head on this connection.
+    pub max_header_bytes: usize,
     answer_rejection: Option<RejectionAnswer>,
     phase: Mutex<Phase>,
 }
@@ -84,6 +92,7 @@ impl ClientConnection {
         Arc::new(ClientConnection {
             header_timeout: policy.header_timeout,
             idle_timeout: policy.idle_timeout,
+            max_header_bytes: policy.max_header_bytes,
             answer_rejection: policy.answer_rejection.clone(),
             phase: Mutex::new(Phase::Head {
                 until: Instant::now() + policy.header_timeout,
@@ -162,6 +171,7 @@ mod tests {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1,
+            max_header_bytes: 1024,
             answer_rejection: answer,
         }
     }

@@ -29,7 +29,7 @@ mod rerank;
 mod response_store;
 mod responses;
 
-use crate::client_session::Session as ServerSession;
+use crate::http1::server::Session as ServerSession;
 use crate::http_app::{write_simple, App};
 use audio::Task;
 use bytes::BytesMut;

@@ -49,6 +49,10 @@ pub enum RequestError {
         param: Option<&'static str>,
         detail: &'static str,
     },
+    /// The request head is over `max_header_bytes` (or has too many fields).
+    RequestHeaderTooLarge,
+    /// The request's `Transfer-Encoding` is not the one coding `chunked`.
+    UnsupportedTransferEncoding,
     InvalidJson {
         detail: String,
     },
@@ -121,8 +125,10 @@ impl RequestError {
             | ResponseNotFound => 404,
             RequestTooLarge { .. } => 413,
             UnsupportedMediaType => 415,
+            RequestHeaderTooLarge => 431,
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => 429,
             Internal => 500,
+            UnsupportedTransferEncoding => 501,
             UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
                 502
             }
@@ -167,6 +173,8 @@ impl RequestError {
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
             InvalidRequest { .. } | InvalidForm { .. } => "invalid_request",
+            RequestHeaderTooLarge => "request_header_too_large",
+            UnsupportedTransferEncoding => "unsupported_transfer_encoding",
             MissingParameter { .. } => "missing_required_parameter",
             InvalidParameter { .. } => "invalid_parameter",
             CapabilityNotSupported { .. } => "capability_not_supported",
@@ -269,6 +277,12 @@ impl RequestError {
                 "The multipart form could be read in more than one way: {detail}. Send each \
                  field once, under one Content-Disposition with a plain name parameter."
             ),
+            RequestHeaderTooLarge => "The request head (request line and headers) is larger \
+                than this gateway accepts; send fewer or shorter headers."
+                .into(),
+            UnsupportedTransferEncoding => "The request's Transfer-Encoding is not supported: \
+                send the body with Content-Length, or with Transfer-Encoding: chunked alone."
+                .into(),
             RepeatedKey { key } => format!(
                 "The request body names '{}' more than once; send each top-level key once.",
                 bounded(key)
@@ -357,7 +371,17 @@ mod tests {
                 415,
                 "unsupported_media_type",
             ),
+            (
+                RequestError::RequestHeaderTooLarge,
+                431,
+                "request_header_too_large",
+            ),
             (RequestError::Internal, 500, "internal_error"),
+            (
+                RequestError::UnsupportedTransferEncoding,
+                501,
+                "unsupported_transfer_encoding",
+            ),
             (
                 RequestError::UpstreamAuthFailed,
                 502,

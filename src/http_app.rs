@@ -2,7 +2,7 @@
 //! how our listener (`server.rs`) calls them, writing a whole small response, and handing
 //! the connection back for the next request.
 
-use crate::client_session::Session as ServerSession;
+use crate::http1::server::Session as ServerSession;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::server::ShutdownWatch;

@@ -37,14 +37,15 @@ pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key, Model};
-use crate::client_session::Session;
 use crate::endpoint::{BodyKind, Endpoint, EndpointType};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::http1::server::Session;
 use crate::http_app::App;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response, LocalResponse};
+use crate::response_id::IdIssuer;
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
 use crate::transport::BufferedStream;
@@ -57,7 +58,6 @@ use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
-use stored::stored_at;
 
 /// The answer's `x-sluice-model`: the catalog model that served it.
 const SERVED_MODEL: http::HeaderName = http::HeaderName::from_static("x-sluice-model");
@@ -108,15 +108,23 @@ impl App for Proxy {
 
 impl Proxy {
     /// Reads a request head; `None` when there is none to serve (the client left, or sent a
-    /// head that cannot be parsed, answered 400, or a `CONNECT`, answered 405).
+    /// head that cannot be parsed, answered 400, one too large, 431, one whose transfer
+    /// coding is not `chunked` alone, 501, or a `CONNECT`, answered 405).
     async fn read_head(&self, session: &mut Session) -> Option<()> {
         match session.read_request().await {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
-                    // Made JSON, like every answer, by the client transport (`transport.rs`).
-                    let _ = session.respond_error(400).await;
+                // Made JSON, like every answer, by the client transport (`transport.rs`).
+                match e.etype() {
+                    ErrorType::InvalidHTTPHeader => {
+                        let _ = session.respond_error(400).await;
+                    }
+                    // 431 (a head too large), 501 (a transfer coding other than chunked).
+                    ErrorType::HTTPStatus(status) => {
+                        let _ = session.respond_error(*status).await;
+                    }
+                    _ => {}
                 }
                 session.shutdown().await;
                 return None;
@@ -247,6 +255,13 @@ impl Proxy {
             }
         };
         ctx.key = Some(Arc::clone(&key));
+        if self.gateway.key_switches.is_disabled(&key.name) {
+            // Switched off through the admin API: refused as a disabled key is.
+            return Err(RequestError::InactiveApiKey {
+                why: crate::catalog::Inactive::Disabled,
+            }
+            .into());
+        }
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         self.admit(ctx, &catalog, &key)?;
         if matches!(ctx.limits, LimitMode::Shared) && !matches!(route, Route::Create(_)) {
@@ -302,7 +317,7 @@ impl Proxy {
             .get(http::header::CONTENT_TYPE)
             .map(|v| v.as_bytes());
         let (limit, deadline) = (catalog.max_body_bytes, catalog.client_timeout);
-        let read = match endpoint.body {
+        let mut read = match endpoint.body {
             BodyKind::Json => {
                 check_media_type(content_type)?;
                 let bytes = read_body(session, limit, deadline).await?;
@@ -317,14 +332,13 @@ impl Proxy {
             }
         };
         let (model_name, stream, uses_tools) = read.fields();
-        ctx.model = Some(model_name.to_owned());
+        let model_name = model_name.to_owned();
+        ctx.model = Some(model_name.clone());
         ctx.stream = stream;
         // 5. The model, in this key's view, and serving this route.
         let model = catalog
-            .model_for(key, model_name)
-            .ok_or(RequestError::ModelNotFound {
-                model: model_name.to_owned(),
-            })?;
+            .model_for(key, &model_name)
+            .ok_or(RequestError::ModelNotFound { model: model_name })?;
         ctx.model_label = Some(model.id.clone());
         // 6. Capabilities, where the route has them.
         let needs = Needs {
@@ -335,7 +349,7 @@ impl Proxy {
         check_serves(model, needs)?;
         // A stored response named in the body lives on one of the model's targets.
         let stored = match read.previous_response() {
-            Some(id) => Some(stored_at(model, id, true)?),
+            Some(id) => Some(self.previous_response(catalog, key, model, id)?),
             None => None,
         };
         // A stored response lives on one target: such a request never falls back.
@@ -343,6 +357,9 @@ impl Proxy {
             Some(_) => Vec::new(),
             None => fallbacks(catalog, key, model, needs),
         };
+        if model.enforce_output_limit {
+            read.enforce_output_limit(endpoint.kind, model.default_max_tokens);
+        }
         // The key's token windows, last: the estimate needs the body and the model.
         ctx.usage_expected = endpoint.kind.reports_usage();
         let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
@@ -353,7 +370,7 @@ impl Proxy {
             body: read.body(),
             path: endpoint.path,
             stored,
-            rewrites_ids: endpoint.kind == EndpointType::Responses,
+            ids: (endpoint.kind == EndpointType::Responses).then(|| self.id_issuer(catalog, key)),
             inject_usage: read.usage_unasked(endpoint.kind),
             fallbacks,
             operation: endpoint.kind.operation(),
@@ -377,7 +394,7 @@ impl Proxy {
             body,
             path,
             mut stored,
-            rewrites_ids,
+            ids,
             inject_usage,
             fallbacks,
             operation,
@@ -395,14 +412,12 @@ impl Proxy {
                 body: body.clone(),
                 path,
                 stored: stored.take(),
-                rewrites_ids,
+                ids,
                 inject_usage,
                 renames_model: tried > 0,
                 request_id: &ctx.request_id,
-                tenant: ctx
-                    .key
-                    .as_deref()
-                    .map_or("", |k| k.owner.as_deref().unwrap_or(&k.name)),
+                // The tenant is the owner of its stored responses: the key's team, or it.
+                tenant: ctx.key.as_deref().map_or("", Key::response_owner),
                 request_started: ctx.started,
                 response_headers,
                 retry_attempts: catalog.retry_attempts,
@@ -455,7 +470,9 @@ struct Destination<'a> {
     body: RequestBody<'a>,
     path: &'a str,
     stored: Option<Stored>,
-    rewrites_ids: bool,
+    /// Stored-response IDs in the answer are rewritten to ones made for this owner (the
+    /// Responses API).
+    ids: Option<IdIssuer<'a>>,
     /// A stream whose client did not ask for usage (see [`Dispatch::inject_usage`]).
     inject_usage: bool,
     /// The models that take the request, in order, if `model` cannot serve it.

@@ -27,13 +27,15 @@ pub struct ModelRequest {
     model_span: Range<usize>,
     /// A Responses request's `previous_response_id`, and the byte range of its value.
     pub previous_response: Option<(String, Range<usize>)>,
-    /// Byte range of the `stream_options` value (an object), if sent.
+    /// Byte range of the `stream_options` value (an object or `null`), if sent.
     stream_options: Option<Range<usize>>,
     /// The client asked for the usage chunk (`stream_options.include_usage: true`).
     pub include_usage: bool,
-    /// The output limit asked for: `max_completion_tokens`, `max_tokens` or
-    /// `max_output_tokens`, the first one present.
+    /// The output limit asked for, in the route's own field (see [`output_limit_fields`]).
     pub max_output_tokens: Option<u64>,
+    /// The limit the gateway writes into a request that sets none, in the route's field
+    /// (a model's `enforce_output_limit`), so the reservation is a ceiling.
+    enforced_limit: Option<(&'static str, u64)>,
     /// Offset just past the body's opening brace (where a member can be added).
     members_start: usize,
 }
@@ -157,8 +159,47 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
         _ => None,
     };
     let (stream_options, include_usage) = stream_options(&object, body)?;
-    let mut max_output_tokens = None;
-    for field in ["max_completion_tokens", "max_tokens", "max_output_tokens"] {
+    let max_output_tokens = output_limit(&object, kind)?;
+    let members_start = body.iter().position(|&b| b == b'{').map_or(0, |at| at + 1);
+    Ok(ModelRequest {
+        model: model.into_owned(),
+        stream,
+        uses_tools,
+        model_span,
+        previous_response,
+        stream_options,
+        include_usage,
+        max_output_tokens,
+        enforced_limit: None,
+        members_start,
+    })
+}
+
+/// The fields that bound a route's output, in the order they are read; `None` for a route
+/// that generates no text. (vLLM's completions and responses requests have no
+/// `max_completion_tokens`: an upstream acts on the route's own field only.)
+pub fn output_limit_fields(kind: EndpointType) -> &'static [&'static str] {
+    match kind {
+        EndpointType::Chat => &["max_completion_tokens", "max_tokens"],
+        EndpointType::Completions => &["max_tokens"],
+        EndpointType::Responses => &["max_output_tokens"],
+        _ => &[],
+    }
+}
+
+/// Every name an output limit goes by, on some route.
+const OUTPUT_LIMIT_NAMES: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
+/// The output limit the route acts on. On a route that generates text every limit field
+/// sent must be an integer in range, and two of them with different values are refused:
+/// upstreams differ in which one they read.
+fn output_limit(object: &Object, kind: EndpointType) -> Result<Option<u64>, RequestError> {
+    let fields = output_limit_fields(kind);
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let mut seen: Option<(&str, u64)> = None;
+    for field in OUTPUT_LIMIT_NAMES {
         let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") else {
             continue;
         };
@@ -171,40 +212,71 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
                     &format!("'{field}' must be an integer from 0 to {MAX_OUTPUT_TOKENS}."),
                 )
             })?;
-        max_output_tokens.get_or_insert(limit);
+        match seen {
+            Some((first, value)) if value != limit => {
+                return Err(invalid(
+                    field,
+                    &format!(
+                        "'{field}' ({limit}) and '{first}' ({value}) differ: set one output limit."
+                    ),
+                ))
+            }
+            _ => seen = Some((field, limit)),
+        }
     }
-    let members_start = body.iter().position(|&b| b == b'{').map_or(0, |at| at + 1);
-    Ok(ModelRequest {
-        model: model.into_owned(),
-        stream,
-        uses_tools,
-        model_span,
-        previous_response,
-        stream_options,
-        include_usage,
-        max_output_tokens,
-        members_start,
-    })
+    let mut asked = None;
+    for field in fields {
+        if let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") {
+            asked = serde_json::from_str::<u64>(raw.get()).ok();
+            break;
+        }
+    }
+    Ok(asked)
 }
 
-/// `stream_options`: an object or `null`; its value's byte range, and whether it asks for
-/// the usage chunk.
+impl ModelRequest {
+    /// For a model with `enforce_output_limit`: a request to `kind` that sets no output
+    /// limit gets `limit` written into it, in the field every OpenAI-compatible server reads
+    /// on that route (`max_tokens` for chat and completions, `max_output_tokens` for
+    /// responses).
+    pub fn enforce_output_limit(&mut self, kind: EndpointType, limit: u64) {
+        let field = match kind {
+            EndpointType::Chat | EndpointType::Completions => "max_tokens",
+            EndpointType::Responses => "max_output_tokens",
+            _ => return,
+        };
+        if self.max_output_tokens.is_none() {
+            self.enforced_limit = Some((field, limit));
+        }
+    }
+}
+
+/// `stream_options`: an object or `null`; its value's byte range (`null`'s too: it is
+/// replaced like an object when usage is asked for), and whether it asks for the usage
+/// chunk. A key repeated inside it is refused, as at the top level.
 fn stream_options(
     object: &Object,
     body: &[u8],
 ) -> Result<(Option<Range<usize>>, bool), RequestError> {
-    let Some(raw) = object
-        .get("stream_options")
-        .filter(|raw| raw.get() != "null")
-    else {
+    let Some(raw) = object.get("stream_options") else {
         return Ok((None, false));
     };
+    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    let span = start..start + raw.get().len();
+    if raw.get() == "null" {
+        return Ok((Some(span), false));
+    }
     let options: Object = serde_json::from_str(raw.get()).map_err(|_| {
         invalid(
             "stream_options",
             "'stream_options' must be an object, such as {\"include_usage\": true}.",
         )
     })?;
+    if let Some(key) = options.repeated {
+        return Err(RequestError::RepeatedKey {
+            key: format!("stream_options.{key}"),
+        });
+    }
     let include_usage = match options.get("include_usage").map(|v| v.get()) {
         None | Some("null") | Some("false") => false,
         Some("true") => true,
@@ -215,16 +287,15 @@ fn stream_options(
             ))
         }
     };
-    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
-    Ok((Some(start..start + raw.get().len()), include_usage))
+    Ok((Some(span), include_usage))
 }
 
 /// The body as a target receives it: the `model` value replaced (when the target knows the
 /// model by another name), `previous_response_id` by the upstream's own ID (when there is
-/// one), `stream_options.include_usage` set (keeping the client's other options) when asked;
-/// every other byte unchanged.
+/// one), `stream_options.include_usage` set (keeping the client's other options; a `null`
+/// replaced) when asked, the enforced output limit added; every other byte unchanged.
 pub fn for_target(body: &Bytes, request: &ModelRequest, edits: Edits) -> Bytes {
-    let mut splices: Vec<(Range<usize>, String)> = Vec::with_capacity(3);
+    let mut splices: Vec<(Range<usize>, String)> = Vec::with_capacity(4);
     if let Some(name) = edits.model {
         splices.push((request.model_span.clone(), quoted(name)));
     }
@@ -234,8 +305,12 @@ pub fn for_target(body: &Bytes, request: &ModelRequest, edits: Edits) -> Bytes {
     if edits.include_usage && !request.include_usage {
         splices.push(match &request.stream_options {
             Some(span) => {
+                // An object without repeated keys (`inspect` refused them), or `null`.
                 let mut options: serde_json::Map<String, serde_json::Value> =
-                    serde_json::from_slice(&body[span.clone()]).unwrap_or_default();
+                    serde_json::from_slice::<Option<_>>(&body[span.clone()])
+                        .ok()
+                        .flatten()
+                        .unwrap_or_default();
                 options.insert("include_usage".into(), true.into());
                 (span.clone(), serde_json::Value::Object(options).to_string())
             }
@@ -248,9 +323,14 @@ pub fn for_target(body: &Bytes, request: &ModelRequest, edits: Edits) -> Bytes {
             }
         });
     }
+    if let Some((field, limit)) = request.enforced_limit {
+        let at = request.members_start;
+        splices.push((at..at, format!("\"{field}\":{limit},")));
+    }
     if splices.is_empty() {
         return body.clone();
     }
+    // Insertions at the same place keep their order (a stable sort).
     splices.sort_by_key(|(span, _)| span.start);
     let mut out = BytesMut::with_capacity(body.len() + 64);
     let mut at = 0;
@@ -284,14 +364,22 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
                 &format!("messages[{i}] must be an object with 'role' and 'content'."),
             )
         })?;
-        // A name's first copy counts, as `Object::get` finds it.
+        // A message is read, so none of its keys may repeat: the upstream must act on the
+        // role and content checked here.
         let (mut raw_role, mut content) = (None, None);
+        let mut names: Vec<Cow<str>> = Vec::new();
         for (name, value) in members {
             match name.as_ref() {
                 "role" => _ = raw_role.get_or_insert(value),
                 "content" => _ = content.get_or_insert(value),
                 _ => {}
             }
+            names.push(name);
+        }
+        if let Some(key) = repeated_name(&mut names) {
+            return Err(RequestError::RepeatedKey {
+                key: format!("messages[{i}].{key}"),
+            });
         }
         // The parameter names are made only for an error: this runs for every message.
         let role_param = || format!("messages[{i}].role");
@@ -330,6 +418,15 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
         ));
     }
     Ok(())
+}
+
+/// A name that appears twice in `names` (which it sorts).
+fn repeated_name<'a>(names: &mut [Cow<'a, str>]) -> Option<Cow<'a, str>> {
+    names.sort_unstable();
+    names
+        .windows(2)
+        .find(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0].clone())
 }
 
 fn invalid(param: &str, message: &str) -> RequestError {

@@ -115,3 +115,27 @@ async fn the_default_style_is_bearer_in_authorization() {
         "the client's query passes"
     );
 }
+
+#[tokio::test]
+async fn a_client_query_parameter_never_shadows_the_operators() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&styled(&mock.url(), "    query: {api-version: 2024-06-01}")).await;
+    let auth = format!("Bearer {ALPHA}");
+    let response = send(
+        gw.addr(),
+        "POST",
+        "/v1/chat/completions?api%2Dversion=evil&API-Version=evil&api-version=evil&trace=1",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        chat_body("m").as_bytes(),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(
+        mock.requests()[0].path,
+        "/v1/chat/completions?api-version=2024-06-01&trace=1",
+        "the client's spellings of the operator's parameter are dropped, its others kept"
+    );
+}

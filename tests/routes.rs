@@ -12,6 +12,7 @@ fn catalog(upstream_url: &str) -> String {
         r#"
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+response_ids: {{secret_env: TEST_RESPONSE_ID_SECRET}}
 upstreams:
   - name: mock
     url: {upstream_url}
@@ -268,6 +269,7 @@ fn two_responders(a: &str, b: &str) -> String {
         r#"
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+response_ids: {{secret_env: TEST_RESPONSE_ID_SECRET}}
 upstreams:
   - {{name: a, url: "{a}"}}
   - {{name: b, url: "{b}"}}
@@ -346,7 +348,7 @@ async fn a_stored_response_is_reached_where_it_was_made_from_any_replica() {
     let made_on = |name: &str| {
         made.iter()
             .filter(|id| {
-                sluice::response_id::StoredResponseId::decode(id)
+                read_response_id(RESPONSE_ID_SECRET, "alpha", id)
                     .unwrap()
                     .upstream
                     == name
@@ -425,18 +427,8 @@ async fn an_unknown_tampered_or_foreign_response_id_is_not_found() {
     a.set_default(stored("resp_a1"));
     let gw = TestGateway::start(&two_responders(&a.url(), &b.url())).await;
     // Made on model `other`, which this key may not use.
-    let foreign = sluice::response_id::StoredResponseId {
-        model: "other".into(),
-        upstream: "a".into(),
-        upstream_id: "resp_a1".into(),
-    }
-    .encode();
-    let mut tampered = sluice::response_id::StoredResponseId {
-        model: "agent".into(),
-        upstream: "a".into(),
-        upstream_id: "resp_a1".into(),
-    }
-    .encode();
+    let foreign = response_id_for(RESPONSE_ID_SECRET, "alpha", "other", "a", "resp_a1");
+    let mut tampered = response_id_for(RESPONSE_ID_SECRET, "alpha", "agent", "a", "resp_a1");
     tampered.pop();
     for id in ["resp_unknown", tampered.as_str(), foreign.as_str()] {
         let answer = get(gw.addr(), &format!("/v1/responses/{id}"), Some(ALPHA)).await;
@@ -489,12 +481,7 @@ async fn a_streamed_response_carries_our_ids_in_every_event() {
         !text.contains("resp_s1"),
         "no upstream ID reaches the client: {text}"
     );
-    let ours = sluice::response_id::StoredResponseId {
-        model: "agent".into(),
-        upstream: "mock".into(),
-        upstream_id: "resp_s1".into(),
-    }
-    .encode();
+    let ours = response_id_for(RESPONSE_ID_SECRET, "alpha", "agent", "mock", "resp_s1");
     assert_eq!(
         text.matches(&ours).count(),
         2,

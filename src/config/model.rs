@@ -164,6 +164,7 @@ fn model(
         owned_by: raw.owned_by.unwrap_or_else(|| "sluice".into()),
         created: raw.created.unwrap_or(0),
         default_max_tokens,
+        enforce_output_limit: raw.enforce_output_limit.unwrap_or(false),
     })
 }
 

@@ -21,6 +21,7 @@ pub(super) struct RawConfig {
     pub(super) client_header_timeout: Option<String>,
     pub(super) client_idle_timeout: Option<String>,
     pub(super) max_connections: Option<u32>,
+    pub(super) max_header_bytes: Option<RawSize>,
     pub(super) retry_attempts: Option<u32>,
     pub(super) retry_backoff: Option<String>,
     pub(super) watch_interval: Option<String>,
@@ -30,6 +31,9 @@ pub(super) struct RawConfig {
     pub(super) metric_labels: Option<Vec<String>>,
     pub(super) limits_store: Option<RawLimitsStore>,
     pub(super) tracing: Option<RawTracing>,
+    pub(super) response_ids: Option<RawResponseIds>,
+    pub(super) admin_token_env: Option<String>,
+    pub(super) admin_tokens: Option<Vec<serde_yaml::Value>>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -57,6 +61,23 @@ pub(super) struct RawLimitsStore {
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,
     pub(super) lease_lifetime: Option<String>,
+}
+
+/// `response_ids:` (validated in `response_ids.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawResponseIds {
+    pub(super) secret_env: Option<String>,
+    pub(super) previous_secret_env: Option<String>,
+}
+
+/// One entry of `admin_tokens` (validated in `admin.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdminToken {
+    pub(super) name: Option<String>,
+    pub(super) sha256: Option<String>,
+    pub(super) token_env: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +146,7 @@ pub(super) struct RawModel {
     pub(super) owned_by: Option<String>,
     pub(super) created: Option<u64>,
     pub(super) default_max_tokens: Option<u64>,
+    pub(super) enforce_output_limit: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -28,6 +28,7 @@ pub(super) struct Settings {
     client_header_timeout: Duration,
     client_idle_timeout: Duration,
     max_connections: NonZeroU32,
+    max_header_bytes: usize,
     retry_attempts: u32,
     retry_backoff: Duration,
     watch_interval: Duration,
@@ -37,6 +38,11 @@ pub(super) struct Settings {
 }
 
 impl Settings {
+    /// `admin_listen`, if it parsed.
+    pub(super) fn admin_listen(&self) -> Option<SocketAddr> {
+        self.admin_listen
+    }
+
     /// The configuration: these settings and the validated lists. Only for a load that
     /// recorded no error.
     pub(super) fn into_config(
@@ -60,6 +66,7 @@ impl Settings {
             client_header_timeout: self.client_header_timeout,
             client_idle_timeout: self.client_idle_timeout,
             max_connections: self.max_connections,
+            max_header_bytes: self.max_header_bytes,
             retry_attempts: self.retry_attempts,
             retry_backoff: self.retry_backoff,
             watch_interval: self.watch_interval,
@@ -71,6 +78,8 @@ impl Settings {
             keys,
             metric_labels,
             tracing: None,
+            response_ids: None,
+            admin_tokens: Vec::new(),
             warnings,
             limits_store: None,
         }
@@ -123,6 +132,7 @@ pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Setti
             DEFAULT_MAX_CONNECTIONS
         }
     };
+    let max_header_bytes = header_limit(errors, raw.max_header_bytes.as_ref());
     let (retry_attempts, retry_backoff) = retries(errors, raw);
     let watch_interval = duration(
         errors,
@@ -152,6 +162,7 @@ pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Setti
         client_header_timeout: client_header_timeout.unwrap_or_default(),
         client_idle_timeout: client_idle_timeout.unwrap_or_default(),
         max_connections,
+        max_header_bytes,
         retry_attempts,
         retry_backoff,
         watch_interval: watch_interval.unwrap_or_default(),
@@ -212,6 +223,27 @@ fn body_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
         errors.push("max_body_bytes", "must be greater than zero");
     }
     max_body_bytes
+}
+
+/// Largest request head: 32 KiB by default, between 1 KiB and 1 MiB (a head must hold a
+/// request line and its credentials; past 1 MiB one connection's head is a memory risk).
+fn header_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
+    const BOUNDS: std::ops::RangeInclusive<usize> = (1 << 10)..=(1 << 20);
+    let bytes = match size {
+        None => return crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
+        Some(RawSize::Bytes(n)) => usize::try_from(*n).ok(),
+        Some(RawSize::Text(text)) => parse_size(text),
+    };
+    match bytes {
+        Some(bytes) if BOUNDS.contains(&bytes) => bytes,
+        _ => {
+            errors.push(
+                "max_header_bytes",
+                "must be a size from 1KiB to 1MiB (examples: 32KiB, 65536)",
+            );
+            crate::http1::server::DEFAULT_MAX_HEAD_BYTES
+        }
+    }
 }
 
 /// Event loops serving clients: one per available core by default.

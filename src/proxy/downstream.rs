@@ -3,9 +3,9 @@
 //! local or proxied.
 
 use super::context::{Failure, RequestContext};
-use crate::client_session::Session;
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
+use crate::http1::server::Session;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
@@ -225,6 +225,14 @@ impl Read {
             0
         };
         input + output
+    }
+
+    /// Writes the model's default output limit into a JSON request that sets none
+    /// (`enforce_output_limit`).
+    pub(super) fn enforce_output_limit(&mut self, kind: EndpointType, limit: u64) {
+        if let Read::Json(_, request) = self {
+            request.enforce_output_limit(kind, limit);
+        }
     }
 
     /// A stream to chat or completions whose client did not ask for the usage chunk.

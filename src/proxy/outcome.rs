@@ -4,10 +4,10 @@
 use super::context::RequestContext;
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
-use crate::client_session::Session;
 use crate::connection::RejectionAnswer;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
+use crate::http1::server::Session;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
@@ -161,6 +161,7 @@ pub(super) fn log_request(
             .map(|_| millis(ctx.exchange.upstream_wait)),
         ttfb_ms: ctx.exchange.ttfb.map(millis),
         bytes_out: ctx.exchange.bytes_out,
+        cut: ctx.exchange.cut,
         error_code,
         error_message: ctx
             .error
@@ -211,20 +212,22 @@ pub(super) fn finish_trace(e: Option<&Error>, ctx: &mut RequestContext) {
     });
 }
 
-/// The gateway's answer to a request pingora's HTTP parser refused before the request path
-/// saw it: the error envelope with a fresh `x-request-id`, counted and logged like any
-/// other rejection. pingora answers `405` to `CONNECT` (no such route here) and `400` to
-/// everything it cannot parse.
+/// The gateway's answer to a request head the client session refused before the request
+/// path saw it: the error envelope with a fresh `x-request-id`, counted and logged like any
+/// other rejection. The session answers `405` to `CONNECT` (no such route here), `431` to
+/// a head over `max_header_bytes`, `501` to a transfer coding other than `chunked`, and
+/// `400` to everything it cannot parse.
 pub fn rejection_answer(gateway: Arc<Gateway>) -> RejectionAnswer {
     Arc::new(move |status| {
-        let error = if status == 405 {
-            RequestError::UnknownRoute {
+        let error = match status {
+            405 => RequestError::UnknownRoute {
                 repeated_prefix: false,
-            }
-        } else {
-            RequestError::InvalidRequest {
+            },
+            431 => RequestError::RequestHeaderTooLarge,
+            501 => RequestError::UnsupportedTransferEncoding,
+            _ => RequestError::InvalidRequest {
                 detail: "its head could not be parsed",
-            }
+            },
         };
         let request_id = crate::request_id::accept_or_generate(None);
         let response = error_response(&error);

@@ -65,14 +65,17 @@ fn shape_errors_name_the_parameter() {
 fn assistant_tool_call_messages_may_omit_content() {
     let body = r#"{"model":"m","messages":[{"role":"assistant","tool_calls":[]},{"role":"assistant","content":null}]}"#;
     assert!(inspect(body.as_bytes(), EndpointType::Chat).is_ok());
-    // The role decoded, blanks anywhere, and a role's first copy counting.
-    let body = "{ \"model\" : \"m\" , \"messages\" : [ { \"role\" : \"assist\\u0061nt\" } ,\n\t{\"role\":\"assistant\",\"role\":\"user\",\"content\":null} ] }";
+    // The role decoded, blanks anywhere.
+    let body = "{ \"model\" : \"m\" , \"messages\" : [ { \"role\" : \"assist\\u0061nt\" } ,\n\t{\"role\":\"assistant\",\"content\":null} ] }";
     assert!(
         inspect(body.as_bytes(), EndpointType::Chat).is_ok(),
         "{body}"
     );
-    let body = r#"{"model":"m","messages":[{"role":"user","role":"assistant"}]}"#;
+    let body = r#"{"model":"m","messages":[{"role":"user"}]}"#;
     assert_eq!(param_of(body).as_deref(), Some("messages[0].content"));
+    // A role written twice is refused: the upstream would read the other copy.
+    let body = r#"{"model":"m","messages":[{"role":"assistant","role":"user"}]}"#;
+    assert_eq!(param_of(body).as_deref(), Some("messages[0].role"));
 }
 
 #[test]
@@ -183,16 +186,87 @@ fn output_limits_and_stream_options_are_checked() {
             "{extra}"
         );
     }
+    let error = inspect(
+        with(r#","max_tokens":50,"max_completion_tokens":70"#).as_bytes(),
+        EndpointType::Chat,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (error.code(), error.param()),
+        ("invalid_parameter", Some("max_tokens")),
+        "two limits that differ"
+    );
     let request = inspect(
-        with(r#","max_tokens":50,"max_completion_tokens":70,"stream_options":null"#).as_bytes(),
+        with(r#","max_tokens":70,"max_completion_tokens":70,"stream_options":null"#).as_bytes(),
         EndpointType::Chat,
     )
     .unwrap();
     assert_eq!(
         request.max_output_tokens,
         Some(70),
-        "max_completion_tokens first"
+        "the same twice is one limit"
     );
+}
+
+#[test]
+fn each_route_reads_its_own_output_limit() {
+    let body = br#"{"model":"m","prompt":"a","input":"a","max_output_tokens":9,"messages":[{"role":"user","content":"a"}]}"#;
+    for (kind, expected) in [
+        (EndpointType::Chat, None),
+        (EndpointType::Completions, None),
+        (EndpointType::Responses, Some(9)),
+        (EndpointType::Embeddings, None),
+    ] {
+        assert_eq!(
+            inspect(body, kind).unwrap().max_output_tokens,
+            expected,
+            "{kind:?}"
+        );
+    }
+    let body = br#"{"model":"m","prompt":"a","input":"a","max_tokens":7,"messages":[{"role":"user","content":"a"}]}"#;
+    for (kind, expected) in [
+        (EndpointType::Chat, Some(7)),
+        (EndpointType::Completions, Some(7)),
+        (EndpointType::Responses, None),
+    ] {
+        assert_eq!(
+            inspect(body, kind).unwrap().max_output_tokens,
+            expected,
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn null_stream_options_are_replaced_not_repeated() {
+    let edits = Edits {
+        include_usage: true,
+        ..Edits::default()
+    };
+    let body = Bytes::from_static(
+        br#"{"model":"m","stream":true,"stream_options":null,"messages":[{"role":"user","content":"a"}]}"#,
+    );
+    let request = inspect(&body, EndpointType::Chat).unwrap();
+    let sent = for_target(&body, &request, edits);
+    assert_eq!(
+        &sent[..],
+        &br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a"}]}"#[..]
+    );
+}
+
+#[test]
+fn an_enforced_limit_is_written_only_where_none_is_set() {
+    let body = Bytes::from_static(br#"{"model":"m","prompt":"a"}"#);
+    let mut request = inspect(&body, EndpointType::Completions).unwrap();
+    request.enforce_output_limit(EndpointType::Completions, 64);
+    assert_eq!(
+        &for_target(&body, &request, Edits::default())[..],
+        &br#"{"max_tokens":64,"model":"m","prompt":"a"}"#[..]
+    );
+    let body = Bytes::from_static(br#"{"model":"m","input":"a","max_output_tokens":5}"#);
+    let mut request = inspect(&body, EndpointType::Responses).unwrap();
+    request.enforce_output_limit(EndpointType::Responses, 64);
+    assert_eq!(for_target(&body, &request, Edits::default()), body);
 }
 
 #[test]
@@ -227,9 +301,17 @@ fn a_repeated_top_level_key_is_invalid_json_naming_it() {
 }
 
 #[test]
-fn nested_objects_may_repeat_keys() {
-    let body = r#"{"model":"m","messages":[{"role":"user","role":"user","content":"a"}],"metadata":{"a":1,"a":2}}"#;
+fn objects_the_gateway_does_not_read_may_repeat_keys() {
+    let body =
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}],"metadata":{"a":1,"a":2}}"#;
     assert!(inspect(body.as_bytes(), EndpointType::Chat).is_ok());
+    let read =
+        r#"{"model":"m","messages":[{"role":"user","content":"a","name":"x","content":"b"}]}"#;
+    let error = inspect(read.as_bytes(), EndpointType::Chat).unwrap_err();
+    assert_eq!(
+        (error.code(), error.param()),
+        ("invalid_json", Some("messages[0].content"))
+    );
 }
 
 #[test]

@@ -4,19 +4,20 @@
 //! fallback model may take it).
 
 use super::body::RequestBody;
+use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
-use super::exchange::{exchange, Call, Exchange, Outgoing};
+use super::exchange::exchange;
 use super::health::Witness;
 use super::request::{request_header, upstream_target};
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome, Reached};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
-use crate::client_session::Session;
 use crate::config::StreamUsage;
 use crate::error::RequestError;
+use crate::http1::server::Session;
 use crate::metrics::Metrics;
 use crate::request_body::Edits;
-use crate::response_id::IdRewrite;
+use crate::response_id::{IdIssuer, IdRewrite};
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
 use pingora::Error;
 use rand::Rng;
@@ -32,9 +33,9 @@ pub struct Dispatch<'a> {
     pub path: &'a str,
     /// The stored response the request names, if any: it lives on one target only.
     pub stored: Option<Stored>,
-    /// Stored-response IDs in the answer are rewritten to the ones clients see (the
-    /// Responses API).
-    pub rewrites_ids: bool,
+    /// Stored-response IDs in the answer are rewritten to the ones clients see, made for
+    /// this owner (the Responses API).
+    pub ids: Option<IdIssuer<'a>>,
     /// A stream whose client did not ask for usage: targets whose `stream_usage` is
     /// `inject` are asked for it, and it is taken out of what the client receives.
     pub inject_usage: bool,
@@ -241,13 +242,13 @@ async fn attempts(
             onward,
             strip_usage: inject_usage,
             request_id: dispatch.request_id,
-            rewrite: dispatch.rewrites_ids.then(|| {
+            rewrite: dispatch.ids.map(|issuer| {
                 let known: Vec<&str> = dispatch
                     .stored
                     .iter()
                     .map(|s| s.upstream_id.as_str())
                     .collect();
-                IdRewrite::new(&model.id, &upstream.name, &known)
+                IdRewrite::new(issuer, &model.id, &upstream.name, &known)
             }),
             read_model: attempt.as_ref().is_some_and(AttemptTrace::is_recording),
         };
@@ -347,6 +348,10 @@ fn unserved(outcome: Outcome) -> RequestError {
 /// Counts a gateway-made upstream error in `sluice_upstream_errors_total`.
 fn count_error(metrics: &Metrics, upstream: &Upstream, outcome: &Outcome) {
     if let Outcome::Failed { error, .. } | Outcome::Cut { error, .. } = outcome {
+        if *error == RequestError::Internal {
+            // Ours (an answer its writer refused), not the upstream's.
+            return;
+        }
         metrics
             .upstream_errors
             .with_label_values(&[&upstream.name, error.code()])

@@ -20,8 +20,8 @@
 use super::body::Body;
 use super::request::RequestHead;
 use super::response::{framing, Framing};
-use crate::connection_tokens::ConnectionTokens;
-use crate::message_reader::{Chunk, MessageReader, Reading};
+use crate::http1::connection_tokens::ConnectionTokens;
+use crate::http1::reader::{Chunk, MessageReader, Reading};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use pingora::protocols::Shutdown;

@@ -1,11 +1,13 @@
 //! What crosses to an upstream: the request header we send (credential injected in the
-//! provider's style, its configured headers and query parameters added, client credentials
-//! and hop-by-hop fields removed, the client's address appended to `X-Forwarded-For`).
+//! provider's style, its configured headers and query parameters added, client credentials,
+//! hop-by-hop fields and any field whose name has a `_` removed, the client's address
+//! appended to `X-Forwarded-For`).
 //! [`authorize`] is the one place an upstream credential leaves its `Secret`. The way back
 //! is `response.rs`.
 
 use crate::catalog::Upstream;
-use crate::connection_tokens::ConnectionTokens;
+use crate::http1::connection_tokens::ConnectionTokens;
+use crate::percent::query_decode;
 use http::{header, HeaderName, Method};
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, Result};
@@ -48,29 +50,44 @@ pub fn upstream_path(upstream: &Upstream, route: &str) -> String {
 }
 
 /// The path and query sent upstream: the upstream's `query` parameters first, then the
-/// client's, less any the upstream's configuration sets (the operator's `api-version` wins).
+/// client's, less any whose name is one the upstream's configuration sets (the operator's
+/// `api-version` wins). Names are compared as the upstream reads them, percent-decoded and
+/// case-folded, so `api%2Dversion=` or `API-Version=` cannot shadow the operator's.
 pub fn upstream_target(upstream: &Upstream, route: &str, client_query: Option<&str>) -> String {
     let configured = upstream.style.query.as_str();
-    let set_here = |pair: &str| {
-        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
-        configured
-            .split('&')
-            .any(|ours| ours.split_once('=').is_some_and(|(n, _)| n == name))
+    let path = upstream_path(upstream, route);
+    let client_query = client_query.filter(|q| !q.is_empty());
+    let Some(client_query) = client_query else {
+        return if configured.is_empty() {
+            path
+        } else {
+            format!("{path}?{configured}")
+        };
     };
-    let client = client_query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter(|pair| !pair.is_empty() && (configured.is_empty() || !set_here(pair)));
+    let set_here: Vec<String> = configured
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(query_name)
+        .collect();
+    let client = client_query.split('&').filter(|pair| {
+        !pair.is_empty() && (set_here.is_empty() || !set_here.contains(&query_name(pair)))
+    });
     let query: Vec<&str> = std::iter::once(configured)
         .filter(|q| !q.is_empty())
         .chain(client)
         .collect();
-    let path = upstream_path(upstream, route);
     if query.is_empty() {
         path
     } else {
         format!("{path}?{}", query.join("&"))
     }
+}
+
+/// The name of a query parameter (`name=value`, or a bare `name`) as an upstream compares
+/// it: decoded and case-folded.
+fn query_name(pair: &str) -> String {
+    let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+    query_decode(name).to_lowercase()
 }
 
 /// A request head for an upstream, written as it goes on the wire: the request line, a
@@ -235,6 +252,9 @@ pub fn request_header(
     for (name, value) in client.headers.iter() {
         let lower = name.as_str();
         if not_forwarded_up(lower)
+            // `Transfer_Encoding` reads as `Transfer-Encoding` where `_` maps to `-` (CGI,
+            // WSGI): no such name is passed on (nginx's `underscores_in_headers off`).
+            || memchr::memchr(b'_', lower.as_bytes()).is_some()
             || lower == "x-request-id"
             || *name == style.auth_header
             || named_by_connection.contains(lower)

@@ -3,7 +3,7 @@
 //! whether it is an event stream, and what an upstream's 429 asks us to wait.
 
 use super::http1::Head;
-use crate::connection_tokens::ConnectionTokens;
+use crate::http1::connection_tokens::ConnectionTokens;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue};
 use pingora::http::ResponseHeader;
@@ -64,7 +64,7 @@ pub fn framing(headers: &HeaderMap) -> Result<Framing, InvalidResponse> {
         };
     }
     let length =
-        crate::message_reader::content_length(headers).map_err(|_| InvalidResponse::Framing)?;
+        crate::http1::reader::content_length(headers).map_err(|_| InvalidResponse::Framing)?;
     Ok(length.map_or(Framing::Close, Framing::Length))
 }
 

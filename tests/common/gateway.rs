@@ -7,7 +7,7 @@ use sluice::clock::{Clock, SystemWallClock, WallClock};
 use sluice::gateway::Gateway;
 use sluice::reload::Reloader;
 use sluice::secret::KeyHash;
-use sluice::server::{start, Running};
+use sluice::server::{start, start_on, EventLoops, Running};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -21,6 +21,53 @@ pub const BETA: &str = "sk-test-beta-0123456789";
 pub const DISABLED: &str = "sk-test-disabled-0123456789";
 /// The credential the gateway sends upstream (from `TEST_UPSTREAM_KEY`).
 pub const UPSTREAM_SECRET: &str = "upstream-secret-value-42";
+/// `response_ids.secret_env: TEST_RESPONSE_ID_SECRET` signs stored-response IDs with it.
+pub const RESPONSE_ID_SECRET: &str = "test-response-id-secret-0123456789abcdef";
+/// `TEST_RESPONSE_ID_PREVIOUS`: the secret of before a rotation.
+pub const PREVIOUS_RESPONSE_ID_SECRET: &str = "test-response-id-previous-0123456789abcdef";
+
+/// The environment test configurations read their secrets from.
+pub fn test_env(name: &str) -> Option<String> {
+    match name {
+        "TEST_UPSTREAM_KEY" => Some(UPSTREAM_SECRET),
+        "TEST_RESPONSE_ID_SECRET" => Some(RESPONSE_ID_SECRET),
+        "TEST_RESPONSE_ID_PREVIOUS" => Some(PREVIOUS_RESPONSE_ID_SECRET),
+        _ => None,
+    }
+    .map(str::to_owned)
+}
+
+/// The ID the gateway gives `owner` for a response `upstream_id` made on `model` by
+/// `upstream`, when it signs with `secret`.
+pub fn response_id_for(
+    secret: &str,
+    owner: &str,
+    model: &str,
+    upstream: &str,
+    upstream_id: &str,
+) -> String {
+    let keys = sluice::response_id::IdKeys::new(secret.as_bytes(), None);
+    sluice::response_id::StoredResponseId {
+        model: model.into(),
+        upstream: upstream.into(),
+        upstream_id: upstream_id.into(),
+    }
+    .encode(sluice::response_id::IdIssuer { keys: &keys, owner })
+    .expect("a plain upstream ID")
+}
+
+/// What an ID made with `secret` for `owner` names, if it is one.
+pub fn read_response_id(
+    secret: &str,
+    owner: &str,
+    id: &str,
+) -> Option<sluice::response_id::StoredResponseId> {
+    let keys = sluice::response_id::IdKeys::new(secret.as_bytes(), None);
+    sluice::response_id::StoredResponseId::decode(
+        id,
+        sluice::response_id::IdIssuer { keys: &keys, owner },
+    )
+}
 
 pub fn key_hash(key: &str) -> String {
     KeyHash::of(key.as_bytes()).to_hex()
@@ -206,22 +253,35 @@ impl TestGateway {
     /// With the limiter on a [`ManualClock`] the test moves (`self.clock`).
     pub async fn start(yaml: &str) -> TestGateway {
         let clock = Arc::new(ManualClock::default());
-        Self::launch(yaml, clock.clone(), clock).await
+        Self::launch(yaml, clock.clone(), clock, EventLoops::Caller).await
+    }
+
+    /// With its client connections served on `loops` (worker threads of their own, as
+    /// in the binary, for `EventLoops::PerCore`).
+    pub async fn start_on(yaml: &str, loops: EventLoops) -> TestGateway {
+        let clock = Arc::new(ManualClock::default());
+        Self::launch(yaml, clock.clone(), clock, loops).await
     }
 
     /// With the limiter on `limiter_clock` (a real one for clients that sleep, like the
     /// SDKs); `self.clock` then moves nothing.
     pub async fn start_with_clock(yaml: &str, limiter_clock: Arc<dyn Clock>) -> TestGateway {
-        Self::launch(yaml, limiter_clock, Arc::new(ManualClock::default())).await
+        Self::launch(
+            yaml,
+            limiter_clock,
+            Arc::new(ManualClock::default()),
+            EventLoops::Caller,
+        )
+        .await
     }
 
     async fn launch(
         yaml: &str,
         limiter_clock: Arc<dyn Clock>,
         clock: Arc<ManualClock>,
+        loops: EventLoops,
     ) -> TestGateway {
-        let env = |name: &str| (name == "TEST_UPSTREAM_KEY").then(|| UPSTREAM_SECRET.to_string());
-        let config = sluice::config::parse("test.yaml", yaml, None, &env)
+        let config = sluice::config::parse("test.yaml", yaml, None, &test_env)
             .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
         let catalog = Catalog::build(&config, 1);
         let log = SharedLog::default();
@@ -236,7 +296,9 @@ impl TestGateway {
             .with_tracing(config.tracing.as_ref())
             .expect("the tracer starts"),
         );
-        let running = start(&config, gateway).await.expect("gateway starts");
+        let running = start_on(&config, gateway, loops)
+            .await
+            .expect("gateway starts");
         TestGateway {
             running,
             log,

@@ -94,6 +94,11 @@ async fn malformed_chunks_are_protocol_errors() {
         b"5 x\r\nhello\r\n0\r\n\r\n",
         b"5\r\nhello!!\r\n0\r\n\r\n",
         b"ffffffffffffffffff\r\n",
+        // The one chunk-line parser the client side uses: no bare CR, well-formed
+        // extensions.
+        b"5\r\r\nhello\r\n0\r\n\r\n",
+        b"5;a\rb\r\nhello\r\n0\r\n\r\n",
+        b"5;a=b c\r\nhello\r\n0\r\n\r\n",
     ] {
         let mut connection = answered_with(
             &[
@@ -293,3 +298,5 @@ async fn the_request_goes_out_as_written_and_a_head_request_has_no_body_back() {
         "nothing more to read after a HEAD answer"
     );
 }
+
+mod properties;

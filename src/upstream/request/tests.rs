@@ -214,3 +214,53 @@ fn configured_query_parameters_come_first_and_win() {
     assert_eq!(upstream_target(&plain, "/x", Some("a=1")), "/v1/x?a=1");
     assert_eq!(upstream_target(&plain, "/x", None), "/v1/x");
 }
+
+#[test]
+fn no_client_query_parameter_shadows_the_operators() {
+    let mut azure = upstream(None);
+    azure.style.query = "api-version=2024-06-01&q=a%20b".into();
+    for client in [
+        "api-version=evil",
+        "api%2Dversion=evil",
+        "API-Version=evil",
+        "api%2dVERSION",
+        "q=x",
+        "Q=x",
+        "%71=x",
+        "a%20b=1&q+=2",
+    ] {
+        let target = upstream_target(&azure, "/x", Some(client));
+        let kept: Vec<&str> = target
+            .split_once('?')
+            .map_or(vec![], |(_, q)| q.split('&').collect());
+        let expected_rest: Vec<&str> = if client.starts_with("a%20b") {
+            vec!["a%20b=1", "q+=2"]
+        } else {
+            vec![]
+        };
+        assert_eq!(
+            kept,
+            [&["api-version=2024-06-01", "q=a%20b"][..], &expected_rest].concat(),
+            "client query {client:?}"
+        );
+    }
+}
+
+#[test]
+fn fields_with_an_underscore_in_their_name_stay_behind() {
+    let mut client = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+    client
+        .insert_header("transfer_encoding", "chunked")
+        .unwrap();
+    client.insert_header("content_length", "5").unwrap();
+    client.insert_header("x_custom", "1").unwrap();
+    client.insert_header("x-custom", "2").unwrap();
+    let head = request_header(&client, &upstream(None), "/v1/x", "rid", 3, None, None).unwrap();
+    let (_, fields) = head.read_back();
+    assert!(
+        fields.iter().all(|(name, _)| !name.contains('_')),
+        "{fields:?}"
+    );
+    assert_eq!(head.get("x-custom").as_deref(), Some("2"));
+    assert_eq!(head.get("content-length").as_deref(), Some("3"));
+}

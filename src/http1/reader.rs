@@ -1,16 +1,19 @@
 //! The reading side of an HTTP/1 connection, either end: the bytes read and not yet used,
 //! and a message body handed out chunk by chunk by its framing. Heads are parsed by the
-//! owner (`client_session.rs` for requests, `upstream/http1.rs` for responses) from
+//! owner (`http1/server.rs` for requests, `upstream/http1.rs` for responses) from
 //! [`MessageReader::buffered`]; bodies are read here.
 //!
 //! A waiting connection holds no read buffer: a read goes through one scratch buffer per
 //! thread and keeps exactly the bytes it got (benches/README.md, the idle streams).
 //!
-//! Body framings: `Content-Length`, `Transfer-Encoding: chunked` (extensions and trailers
-//! read and dropped, each line at most [`MAX_CHUNK_LINE`] bytes), or the connection's end.
+//! Body framings: `Content-Length`, `Transfer-Encoding: chunked` (size lines read by
+//! `chunk_line.rs`, extensions checked and dropped, trailer fields dropped, each line at most
+//! [`MAX_CHUNK_LINE`] bytes and ended by CRLF or LF, a CR anywhere else refused), or the
+//! connection's end.
 //! Malformed chunk framing is an `H1Error`; a connection that ends inside a body framed by
 //! length or chunks is `ConnectionClosed`.
 
+use super::chunk_line;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap};
 use pingora::protocols::Stream;
@@ -189,6 +192,11 @@ impl MessageReader {
         if line.last() == Some(&b'\r') {
             line.truncate(end - 1);
         }
+        // A CR that does not end the line: a front proxy may end the line there (RFC 9112
+        // §2.2), and so read the body differently.
+        if memchr::memchr(b'\r', &line).is_some() {
+            return Error::e_explain(ErrorType::H1Error, "a bare CR in a chunk line");
+        }
         Ok(Some(line))
     }
 
@@ -215,6 +223,27 @@ impl MessageReader {
 
     /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
     pub async fn fill(&mut self) -> Result<usize> {
+        self.read_more(READ_BYTES, None).await
+    }
+
+    /// Reads at most `most` (at least 1) more bytes onto the buffer: how many, 0 at the
+    /// connection's end. For a head being read: its buffer never holds, nor allocates,
+    /// more than its length now and `most` (a buffer that grows by doubling would reach
+    /// twice the head's limit).
+    pub async fn fill_at_most(&mut self, most: usize) -> Result<usize> {
+        let limit = self.buf.len().saturating_add(most.max(1));
+        self.read_more(most, Some(limit)).await
+    }
+
+    /// The buffer's allocation (the tests of a head's bound).
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Reads at most `most` bytes onto the buffer, its allocation kept within `limit`.
+    async fn read_more(&mut self, most: usize, limit: Option<usize>) -> Result<usize> {
+        let most = most.clamp(1, READ_BYTES);
         let stream = &mut self.stream;
         let buf = &mut self.buf;
         std::future::poll_fn(|cx| {
@@ -228,11 +257,19 @@ impl MessageReader {
                         &mut own
                     }
                 };
-                let mut read = ReadBuf::new(space);
+                let mut read = ReadBuf::new(&mut space[..most]);
                 ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
                     .or_err(ErrorType::ReadError, "reading from the connection")?;
-                buf.extend_from_slice(read.filled());
-                Poll::Ready(Ok(read.filled().len()))
+                let filled = read.filled();
+                let short = buf.capacity() - buf.len() < filled.len();
+                if let Some(limit) = limit.filter(|&l| short && buf.capacity() * 2 > l) {
+                    // Doubling would pass the limit: grow to it exactly, once.
+                    let mut exact = BytesMut::with_capacity(limit);
+                    exact.extend_from_slice(buf);
+                    *buf = exact;
+                }
+                buf.extend_from_slice(filled);
+                Poll::Ready(Ok(filled.len()))
             })
         })
         .await
@@ -281,15 +318,12 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// A chunk-size line's size: hexadecimal digits, then nothing or extensions (after `;`).
+/// A chunk-size line's size (`chunk_line.rs`).
 fn chunk_size(line: &[u8]) -> Result<u64> {
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 15 || !(rest.is_empty() || rest.starts_with(b";")) {
-        return Error::e_explain(ErrorType::H1Error, "an unreadable chunk size");
+    match chunk_line::chunk_size(line) {
+        Some(size) => Ok(size),
+        None => Error::e_explain(ErrorType::H1Error, "an unreadable chunk size"),
     }
-    let digits = std::str::from_utf8(&line[..digits]).unwrap_or_default();
-    u64::from_str_radix(digits, 16).or_err(ErrorType::H1Error, "an unreadable chunk size")
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The tokens of a message's `Connection` fields: whether it asks to close or to keep the
 //! connection, and which fields it names as hop-by-hop (RFC 9110 §7.6.1). Read for client
-//! requests (`client_session.rs`), upstream requests and upstream answers.
+//! requests (`http1/server.rs`), upstream requests and upstream answers.
 
 use http::header;
 

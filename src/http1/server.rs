@@ -9,29 +9,30 @@
 //! the reuse settings for every request on a connection: about 20k instructions a
 //! request, of which this keeps less than half (benches/README.md, tenth session). It
 //! keeps pingora's types at its edges (`RequestHeader`, `ResponseHeader`, `Error`) and
-//! its rules:
+//! its rules, made as strict as nginx's where they were laxer:
 //!
-//! - a head is at most [`MAX_HEAD_BYTES`] and [`MAX_FIELDS`] fields; one that cannot be
-//!   parsed, or whose framing is ambiguous, is an `InvalidHTTPHeader` error (answered 400
-//!   by the proxy): differing `Content-Length` values, a `Transfer-Encoding` whose final
-//!   coding is not `chunked`, any `Transfer-Encoding` on HTTP/1.0, and what pingora's
-//!   authority check refuses (two `Host` fields, userinfo, a `Host` that differs from an
-//!   absolute target). With both `Transfer-Encoding` and `Content-Length`, the body is
-//!   read chunked, `Content-Length` dropped and the connection closed after the answer;
+//! - a head is at most `max_head_bytes` (`max_header_bytes`, default
+//!   [`DEFAULT_MAX_HEAD_BYTES`]) and [`MAX_FIELDS`] fields, else an `HTTPStatus(431)`
+//!   error, raised as soon as that many bytes came without the head's end (no more is
+//!   read); a `Transfer-Encoding` other than one `chunked` coding is `HTTPStatus(501)`;
+//!   a head that cannot be parsed, or whose framing is ambiguous, is an
+//!   `InvalidHTTPHeader` error (answered 400 by the proxy): differing `Content-Length`
+//!   values, any `Transfer-Encoding` on HTTP/1.0, and what pingora's authority check
+//!   refuses (two `Host` fields, userinfo, a `Host` that differs from an absolute
+//!   target). With both `Transfer-Encoding` and `Content-Length`, the body is read
+//!   chunked, `Content-Length` dropped and the connection closed after the answer;
 //! - the connection is kept unless the client asks otherwise (`Connection: close`, or
 //!   HTTP/1.0 without `keep-alive`), the gateway does ([`Session::disable_keepalive`]),
 //!   the answer is delimited by the close, or a request body was left unread when the
 //!   answer started;
 //! - every answer carries `Date` and `Connection`; a body is written by the answer's own
-//!   framing (`Content-Length`, chunked, or until the close), none for `HEAD`, 204, 304.
+//!   framing (`Content-Length`, chunked, or until the close), none for `HEAD`, 204, 304;
+//!   an HTTP/1.0 client never gets a chunked body (the close ends it instead).
 
-mod framing;
-mod head;
-
-use crate::message_reader::{MessageReader, Reading};
+use super::framing::Writing;
+use super::head::{self, worth_parsing};
+use crate::http1::reader::{MessageReader, Reading};
 use bytes::{BufMut, Bytes, BytesMut};
-use framing::Writing;
-use head::worth_parsing;
 use http::{header, Method, Version};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::date::get_cached_date;
@@ -44,8 +45,9 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
-/// Largest request head (request line and fields), as pingora allowed.
-pub const MAX_HEAD_BYTES: usize = (1 << 20) - 1;
+/// Largest request head (request line and fields) when `max_header_bytes` is not set:
+/// 32 KiB, as nginx's default buffers allow (1 KiB, then 4 × 8 KiB).
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 32 << 10;
 /// Most fields a request head may have, as pingora allowed.
 pub const MAX_FIELDS: usize = 256;
 
@@ -70,13 +72,16 @@ pub struct Session {
     half_closed: bool,
     /// Bytes of the next request arrived while this one was waiting (kept in the buffer).
     next_request_read: bool,
+    /// Largest request head; the buffer of a head being read never holds more.
+    max_head_bytes: usize,
 }
 
 impl Session {
     /// A session on an accepted connection. How long it waits for a request (its first
     /// byte, then the whole head) is bounded by the client transport (`connection.rs`),
-    /// whose reads end at the deadline as if the client had closed.
-    pub fn new(stream: Stream) -> Self {
+    /// whose reads end at the deadline as if the client had closed. A request head is at
+    /// most `max_head_bytes` (`max_header_bytes`).
+    pub fn new(stream: Stream, max_head_bytes: usize) -> Self {
         Session {
             socket: stream.get_socket_digest(),
             reader: MessageReader::new(stream),
@@ -89,11 +94,14 @@ impl Session {
             writing: Writing::Done,
             half_closed: false,
             next_request_read: false,
+            max_head_bytes,
         }
     }
 
     /// Reads the next request's head: `Ok(false)` when the client closed the connection
-    /// (or the transport's deadline passed) before the head began.
+    /// (or the transport's deadline passed) before the head began. A head longer than
+    /// `max_head_bytes` is an `HTTPStatus(431)` error as soon as that many bytes came
+    /// without its end: the buffer never holds more of it.
     pub async fn read_request(&mut self) -> Result<bool> {
         self.responded = false;
         self.writing = Writing::Done;
@@ -103,23 +111,24 @@ impl Session {
         // Bytes of a pipelined request may be buffered already.
         let mut parse = !self.reader.buffered().is_empty();
         loop {
-            if parse {
-                if let Some(head) = head::parse(&mut self.reader)? {
+            let before = self.reader.buffered().len();
+            let full = before >= self.max_head_bytes;
+            if parse || full {
+                if let Some(head) = head::parse(&mut self.reader, self.max_head_bytes)? {
                     self.keepalive = !self.closing && head.keepalive;
                     self.reader.reading = head.reading;
                     self.request = head.request;
                     return Ok(true);
                 }
+                if full {
+                    return Error::e_explain(
+                        ErrorType::HTTPStatus(431),
+                        "a request head over max_header_bytes",
+                    );
+                }
             }
-            if self.reader.buffered().len() > MAX_HEAD_BYTES {
-                return Error::e_explain(
-                    ErrorType::InvalidHTTPHeader,
-                    "a request head over its size limit",
-                );
-            }
-            let before = self.reader.buffered().len();
             let began = before > 0;
-            let read = self.reader.fill().await;
+            let read = self.reader.fill_at_most(self.max_head_bytes - before).await;
             parse = worth_parsing(self.reader.buffered(), before);
             match read {
                 Ok(0) | Err(_) if !began => return Ok(false),
@@ -247,6 +256,12 @@ impl Session {
         let bodiless =
             self.request.method == Method::HEAD || matches!(header.status.as_u16(), 204 | 304);
         self.writing = Writing::of(&header.headers, bodiless);
+        if self.writing == Writing::Chunked && self.request.version == Version::HTTP_10 {
+            // HTTP/1.0 has no chunked coding (RFC 9112 §6.1): the body ends with the
+            // connection instead.
+            header.remove_header(&header::TRANSFER_ENCODING);
+            self.writing = Writing::UntilClose;
+        }
         if self.writing == Writing::UntilClose {
             self.keepalive = false;
         }
@@ -294,6 +309,17 @@ impl Session {
         if data.is_empty() && !end {
             return Ok(());
         }
+        if let Writing::Length(left) = self.writing {
+            if data.len() as u64 > left {
+                // Never cut to fit: a body longer than its head said is the writer's bug.
+                self.writing = Writing::Done;
+                self.keepalive = false;
+                return Error::e_explain(
+                    ErrorType::InternalError,
+                    "an answer body longer than its Content-Length",
+                );
+            }
+        }
         let timeout = self.write_timeout;
         let writing = &mut self.writing;
         let stream = &mut self.reader.stream;
@@ -317,6 +343,14 @@ impl Session {
             );
         }
         Ok(())
+    }
+
+    /// Sends what was written of the answer so far, without ending its body (an answer
+    /// cut short: the connection is closed next).
+    pub async fn flush(&mut self) -> Result<()> {
+        let timeout = self.write_timeout;
+        let stream = &mut self.reader.stream;
+        write_bounded(timeout, stream.flush()).await
     }
 
     /// Writes an empty answer with `status` (the client transport turns it into the

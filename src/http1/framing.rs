@@ -1,7 +1,7 @@
-//! How a request's body is framed (read by `message_reader.rs`), and how an answer's body
+//! How a request's body is framed (read by `reader.rs`), and how an answer's body
 //! is written.
 
-use crate::message_reader::{content_length, Chunk, Reading};
+use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
 use pingora::http::RequestHeader;
 use pingora::protocols::Stream;
@@ -17,29 +17,31 @@ pub struct RequestFraming {
     pub drop_content_length: bool,
 }
 
-/// The framing of `request`'s body; an ambiguous one is an `InvalidHTTPHeader` error.
+/// The framing of `request`'s body. `Transfer-Encoding` is accepted only as one field
+/// whose value is the one coding `chunked` (any case): the gateway decodes no other coding,
+/// and a list or a second field (`gzip, chunked`, `chunked, chunked`) is what a front
+/// proxy may read otherwise; that is `HTTPStatus(501)` (`unsupported_transfer_encoding`,
+/// as nginx answers). Any `Transfer-Encoding` on HTTP/1.0, or an ambiguous
+/// `Content-Length`, is an `InvalidHTTPHeader` error (400).
 pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
     let headers = &request.headers;
-    if let Some(last) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
         if request.version == Version::HTTP_10 {
             return Error::e_explain(
                 ErrorType::InvalidHTTPHeader,
                 "Transfer-Encoding on an HTTP/1.0 request",
             );
         }
-        let value = last.as_bytes();
-        let final_coding = value
-            .iter()
-            .rposition(|&b| b == b',')
-            .map_or(value, |comma| &value[comma + 1..]);
-        if !final_coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+        let only_chunked = codings.next().is_none()
+            && first
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked");
+        if !only_chunked {
             return Error::e_explain(
-                ErrorType::InvalidHTTPHeader,
-                "a final Transfer-Encoding other than chunked",
+                ErrorType::HTTPStatus(501),
+                "a Transfer-Encoding other than one chunked coding",
             );
         }
         return Ok(RequestFraming {
@@ -58,11 +60,14 @@ pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
 /// How an answer's body is written, and how much of it is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writing {
-    /// Bytes left of a `Content-Length`; what comes past it is dropped.
+    /// Bytes left of a `Content-Length`; more is refused, never cut to fit.
     Length(u64),
     Chunked,
     /// Until the connection closes.
     UntilClose,
+    /// An answer that has no body whatever its fields say (to `HEAD`, a 204, a 304): what
+    /// is written is dropped.
+    Bodiless,
     /// Ended (or not begun).
     Done,
 }
@@ -72,7 +77,7 @@ impl Writing {
     /// when its `Transfer-Encoding` says so, its `Content-Length`, or the close.
     pub fn of(headers: &HeaderMap, bodiless: bool) -> Self {
         if bodiless {
-            return Writing::Length(0);
+            return Writing::Bodiless;
         }
         let chunked = headers
             .get(header::TRANSFER_ENCODING)
@@ -96,9 +101,15 @@ impl Writing {
     pub async fn write(&mut self, stream: &mut Stream, data: &[u8]) -> std::io::Result<()> {
         match self {
             Writing::Length(left) => {
-                let take = data.len().min(*left as usize);
-                stream.write_all(&data[..take]).await?;
-                *left -= take as u64;
+                if data.len() as u64 > *left {
+                    *self = Writing::Done;
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "more answer bytes than its Content-Length",
+                    ));
+                }
+                stream.write_all(data).await?;
+                *left -= data.len() as u64;
             }
             Writing::Chunked => {
                 stream.write_all(&chunk_size_line(data.len())).await?;
@@ -110,7 +121,7 @@ impl Writing {
                 stream.write_all(data).await?;
                 stream.flush().await?;
             }
-            Writing::Done => {}
+            Writing::Bodiless | Writing::Done => {}
         }
         Ok(())
     }
@@ -124,7 +135,7 @@ impl Writing {
                 false
             }
             Writing::Length(left) => left > 0,
-            Writing::UntilClose | Writing::Done => false,
+            Writing::UntilClose | Writing::Bodiless | Writing::Done => false,
         };
         *self = Writing::Done;
         Ok(short)
@@ -136,4 +147,33 @@ fn chunk_size_line(size: usize) -> Vec<u8> {
     let mut line = format!("{size:X}").into_bytes();
     line.extend_from_slice(b"\r\n");
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_length_is_refused_not_cut_to_fit() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (client, accepted) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let mut stream: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+            client.unwrap(),
+        ));
+        let mut writing = Writing::Length(8);
+        writing.write(&mut stream, b"1234").await.unwrap();
+        let over = writing.write(&mut stream, b"56789").await;
+        assert!(over.is_err(), "5 bytes where 4 are left: an error");
+        assert_eq!(writing, Writing::Done, "nothing more is written");
+        stream.flush().await.unwrap();
+        drop(stream);
+        let mut got = Vec::new();
+        accepted.unwrap().0.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"1234", "none of the refused bytes went out");
+    }
 }

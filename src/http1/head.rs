@@ -3,9 +3,9 @@
 //! head's bytes; and when a head being read is worth parsing again.
 
 use super::framing::request_framing;
-use super::MAX_FIELDS;
-use crate::connection_tokens::ConnectionTokens;
-use crate::message_reader::{MessageReader, Reading};
+use super::server::MAX_FIELDS;
+use crate::http1::connection_tokens::ConnectionTokens;
+use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Version};
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, OrErr, Result};
@@ -20,8 +20,9 @@ pub(super) struct Head {
 }
 
 /// Parses a whole head at the front of `reader`'s buffer and takes it out; `None` when more
-/// bytes are needed.
-pub(super) fn parse(reader: &mut MessageReader) -> Result<Option<Head>> {
+/// bytes are needed. A head over `max_bytes`, or with more than [`MAX_FIELDS`] fields, is
+/// an `HTTPStatus(431)` error (`request_header_too_large`).
+pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Option<Head>> {
     // Left uninitialized until parsed (an 8 KiB fill otherwise).
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
     let mut parsed = httparse::Request::new(&mut []);
@@ -29,6 +30,12 @@ pub(super) fn parse(reader: &mut MessageReader) -> Result<Option<Head>> {
     let length = match parsed.parse_with_uninit_headers(buffered, &mut fields) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Error::e_explain(
+                ErrorType::HTTPStatus(431),
+                "a request head with too many fields",
+            )
+        }
         Err(e) => {
             return Err(Error::because(
                 ErrorType::InvalidHTTPHeader,
@@ -37,6 +44,13 @@ pub(super) fn parse(reader: &mut MessageReader) -> Result<Option<Head>> {
             ))
         }
     };
+    if length > max_bytes {
+        // Whole, but longer than allowed (its end arrived with the bytes that crossed it).
+        return Error::e_explain(
+            ErrorType::HTTPStatus(431),
+            "a request head over max_header_bytes",
+        );
+    }
     // Where each piece lies in the head, so the fields can share its bytes once it is
     // taken out of the buffer.
     let base = buffered.as_ptr() as usize;
