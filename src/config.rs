@@ -182,13 +182,14 @@ pub struct TracingConfig {
     pub otlp_endpoint: http::Uri,
     /// `service.name` of every span.
     pub service_name: String,
-    /// The share of traces started here that are recorded, 0 to 1. A trusted incoming
-    /// parent's decision is followed instead.
+    /// The share of requests whose spans are recorded, 0 to 1: always the gateway's
+    /// decision, drawn per request, whatever an incoming `traceparent` says.
     pub sample_ratio: f64,
     /// Sent with every export (a collector's credentials): values are redacted.
     pub headers: Vec<(http::HeaderName, Secret)>,
-    /// An incoming `traceparent` becomes the parent of the request's span; `false` links
-    /// it instead, and the request starts a trace of its own.
+    /// An incoming `traceparent` becomes the parent of the request's span (its trace ID is
+    /// kept); `false` (the default) links it instead, and the request starts a trace of
+    /// its own.
     pub trust_incoming: bool,
 }
 

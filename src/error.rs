@@ -52,6 +52,12 @@ pub enum RequestError {
     InvalidRequest {
         detail: &'static str,
     },
+    /// A `multipart/form-data` body the gateway and its upstream could read differently
+    /// (also `invalid_request`); `param` names the field when there is one.
+    InvalidForm {
+        param: Option<&'static str>,
+        detail: &'static str,
+    },
     /// The request head is over `max_header_bytes` (or has too many fields).
     RequestHeaderTooLarge,
     /// The request's `Transfer-Encoding` is not the one coding `chunked`.
@@ -116,6 +122,7 @@ impl RequestError {
         match self {
             InvalidJson { .. }
             | InvalidRequest { .. }
+            | InvalidForm { .. }
             | RepeatedKey { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
@@ -174,7 +181,7 @@ impl RequestError {
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
-            InvalidRequest { .. } => "invalid_request",
+            InvalidRequest { .. } | InvalidForm { .. } => "invalid_request",
             RequestHeaderTooLarge => "request_header_too_large",
             UnsupportedTransferEncoding => "unsupported_transfer_encoding",
             MissingParameter { .. } => "missing_required_parameter",
@@ -203,6 +210,7 @@ impl RequestError {
             InvalidParameter { param, .. } => Some(param),
             ModelNotFound { .. } | EndpointNotSupported { .. } => Some("model"),
             RepeatedKey { key } => Some(bounded(key)),
+            InvalidForm { param, .. } => *param,
             _ => None,
         }
     }
@@ -274,6 +282,10 @@ impl RequestError {
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
+            InvalidForm { detail, .. } => format!(
+                "The multipart form could be read in more than one way: {detail}. Send each \
+                 field once, under one Content-Disposition with a plain name parameter."
+            ),
             RequestHeaderTooLarge => "The request head (request line and headers) is larger \
                 than this gateway accepts; send fewer or shorter headers."
                 .into(),

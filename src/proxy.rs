@@ -456,6 +456,8 @@ impl Proxy {
                 inject_usage,
                 renames_model: tried > 0,
                 request_id: &ctx.request_id,
+                // The tenant is the owner of its stored responses: the key's team, or it.
+                tenant: ctx.key.as_deref().map_or("", Key::response_owner),
                 request_started: ctx.started,
                 response_headers,
                 retry_attempts: catalog.retry_attempts,

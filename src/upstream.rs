@@ -24,6 +24,7 @@
 //! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
 //! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
+//! | `redaction.rs` | the upstream's credential taken out of an error answer it echoes   |
 //! | `probe.rs`    | active health checks                                                |
 
 mod body;
@@ -37,6 +38,7 @@ mod health;
 mod http1;
 mod pool;
 mod probe;
+mod redaction;
 mod relay;
 mod request;
 mod response;

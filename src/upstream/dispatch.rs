@@ -7,8 +7,9 @@ use super::body::RequestBody;
 use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
 use super::exchange::exchange;
+use super::health::Witness;
 use super::request::{request_header, upstream_target};
-use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
+use super::verdict::{verdict, AfterCut, Next, Onward, Outcome, Reached};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
@@ -42,6 +43,8 @@ pub struct Dispatch<'a> {
     /// for (unless a target knows it by another name).
     pub renames_model: bool,
     pub request_id: &'a str,
+    /// Whose request it is, for the upstream's health: the key's `owner`, else its name.
+    pub tenant: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: Vec<(http::HeaderName, String)>,
@@ -250,7 +253,19 @@ async fn attempts(
 
         count_error(metrics, upstream, &outcome);
         let (effect, next) = verdict(&outcome, &upstream.policy.retry_on, onward);
-        upstreams.record(upstream, effect, metrics, Some(dispatch.request_id));
+        let request_id = dispatch.request_id;
+        let by = match &outcome {
+            // Nothing of the request went out: no tenant's doing.
+            Outcome::Failed {
+                reached: Reached::No,
+                ..
+            } => Witness::Connect { request_id },
+            _ => Witness::Request {
+                request_id,
+                tenant: dispatch.tenant,
+            },
+        };
+        upstreams.record(upstream, effect, metrics, by);
         let reason = match next {
             Next::Return => return delivery(outcome),
             Next::Fallback => return Delivery::Unserved(unserved(outcome)),
