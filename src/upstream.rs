@@ -23,6 +23,7 @@
 //! | `send.rs`     | the request out and the answer's head back, on a pooled or fresh connection |
 //! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
+//! | `redaction.rs` | the upstream's credential taken out of an error answer it echoes   |
 //! | `probe.rs`    | active health checks                                                |
 
 mod body;
@@ -35,6 +36,7 @@ mod gate;
 mod health;
 mod pool;
 mod probe;
+mod redaction;
 mod relay;
 mod request;
 mod response;
@@ -43,7 +45,7 @@ mod verdict;
 
 pub use body::RequestBody;
 pub use call::Exchange;
-pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
+pub use dispatch::{dispatch, Called, Delivery, Dispatch, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
 pub use pool::Pool;

@@ -5,7 +5,7 @@
 use super::context::{Failure, RequestContext};
 use super::downstream::gateway_headers;
 use super::{Proxy, SERVED_MODEL};
-use crate::catalog::{Catalog, Model};
+use crate::catalog::{Catalog, Key, Model};
 use crate::http1::server::Session;
 use crate::response_id::IdIssuer;
 use crate::upstream::{self, Delivery, Dispatch, RequestBody, Stored};
@@ -50,6 +50,8 @@ impl Proxy {
                 inject_usage,
                 renames_model: tried > 0,
                 request_id: &ctx.request_id,
+                // The tenant is the owner of its stored responses: the key's team, or it.
+                tenant: ctx.key.as_deref().map_or("", Key::response_owner),
                 request_started: ctx.started,
                 response_headers,
                 retry_attempts: catalog.retry_attempts,
@@ -58,15 +60,21 @@ impl Proxy {
                 trace: ctx.trace.as_ref(),
                 operation,
             };
-            let dispatched =
-                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, &dispatch).await;
-            ctx.called = dispatched.called;
             // Every model's time on its upstreams counts as upstream time.
-            let waited = ctx.exchange.upstream_wait;
-            ctx.exchange = dispatched.measured;
-            ctx.exchange.upstream_wait += waited;
+            let waited = std::mem::take(&mut ctx.exchange).upstream_wait;
+            ctx.called = Default::default();
             ctx.served_model = Some(model.id.clone());
-            let error = match dispatched.delivery {
+            let delivery = upstream::dispatch(
+                session,
+                &gateway.upstreams,
+                &gateway.metrics,
+                &dispatch,
+                &mut ctx.exchange,
+                &mut ctx.called,
+            )
+            .await;
+            ctx.exchange.upstream_wait += waited;
+            let error = match delivery {
                 Delivery::Unserved(error) if tried + 1 < models.len() => error,
                 Delivery::Delivered => break,
                 Delivery::Refused(error) | Delivery::Unserved(error) => {
@@ -88,7 +96,7 @@ impl Proxy {
     }
 
     /// The status the upstream's answer gave the client, if one started.
-    fn note_status(&self, ctx: &mut RequestContext) {
+    pub(super) fn note_status(&self, ctx: &mut RequestContext) {
         if let Some(status) = ctx.exchange.status {
             ctx.status = status;
         }
