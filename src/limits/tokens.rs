@@ -311,7 +311,7 @@ pub fn token_headers(status: &TokenStatus) -> [(HeaderName, String); 3] {
         HeaderName::from_static("x-ratelimit-remaining-tokens"),
         HeaderName::from_static("x-ratelimit-reset-tokens"),
     ];
-    super::position_headers(NAMES, status.limit, status.remaining, status.reset)
+    super::rate::position_headers(NAMES, status.limit, status.remaining, status.reset)
 }
 
 #[cfg(test)]
