@@ -37,7 +37,6 @@ mod outcome;
 mod stored;
 
 pub use context::RequestContext;
-pub use outcome::rejection_answer;
 
 use crate::auth::authenticate;
 use crate::catalog::{Catalog, Key};
@@ -57,7 +56,7 @@ use context::{Failure, LimitMode};
 use deliver::Destination;
 use downstream::{answer, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
-use outcome::{finish_trace, log_request, record_error, settle_tokens};
+use outcome::{finish_trace, log_request, record_error, refuse_head, settle_tokens};
 use pingora_core::server::ShutdownWatch;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
@@ -128,23 +127,27 @@ impl Proxy {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                // Made JSON, like every answer, by the client transport (`listener/transport.rs`).
-                match e.etype() {
-                    ErrorType::InvalidHTTPHeader => {
-                        let _ = session.respond_error(400).await;
-                    }
-                    // 431 (a head too large), 501 (a transfer coding other than chunked).
-                    ErrorType::HTTPStatus(status) => {
-                        let _ = session.respond_error(*status).await;
-                    }
-                    _ => {}
+                let refused = match e.etype() {
+                    ErrorType::InvalidHTTPHeader => Some(RequestError::InvalidRequest {
+                        detail: "its head could not be parsed",
+                    }),
+                    ErrorType::HTTPStatus(431) => Some(RequestError::RequestHeaderTooLarge),
+                    ErrorType::HTTPStatus(501) => Some(RequestError::UnsupportedTransferEncoding),
+                    // The client left, or a read failed: nobody to answer.
+                    _ => None,
+                };
+                if let Some(error) = refused {
+                    refuse_head(&self.gateway, session, error).await;
                 }
                 session.shutdown().await;
                 return None;
             }
         }
         if session.req_header().method == http::Method::CONNECT {
-            let _ = session.respond_error(405).await;
+            let error = RequestError::UnknownRoute {
+                repeated_prefix: false,
+            };
+            refuse_head(&self.gateway, session, error).await;
             session.shutdown().await;
             return None;
         }

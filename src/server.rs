@@ -77,7 +77,6 @@ pub async fn start_on(
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
         max_header_bytes: config.max_header_bytes,
-        answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
     let clients_bound = ConnectionBound::new(clients.max_connections);
     let (addr, workers) = match loops {

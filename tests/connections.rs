@@ -208,7 +208,7 @@ async fn what_the_parser_refuses_gets_the_envelope_a_request_id_a_log_line_and_a
         );
         assert!(
             response.header("server").is_none(),
-            "case {i}: not pingora's bare answer"
+            "case {i}: the gateway's envelope, not a bare answer"
         );
     }
     let lines = gw.log_lines(3).await;

@@ -8,13 +8,13 @@
 //!
 //! The same wrapper keeps two other things that only the stream can see:
 //! - on a client connection, the bounds of `connection.rs` (the head deadline, the idle
-//!   deadline, the session's bare answers replaced by the gateway's);
+//!   deadline);
 //! - on an upstream connection, an answer that arrives while the request is still being
 //!   written (an upstream refusing a large body with 413 before reading it): a write that
 //!   cannot go on is given up as soon as answer bytes can be read, and those bytes are kept
 //!   for the next read, so the caller can relay the answer instead of timing out.
 
-use super::connection::{ClientConnection, Outgoing};
+use super::connection::ClientConnection;
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::{
@@ -248,16 +248,6 @@ impl AsyncWrite for BufferedStream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if let Some(client) = &self.client {
-            match client.outgoing(data) {
-                Outgoing::Pass => {}
-                Outgoing::Replace(answer) => {
-                    self.buffer.extend_from_slice(&answer);
-                    return Poll::Ready(Ok(data.len()));
-                }
-                Outgoing::Discard => return Poll::Ready(Ok(data.len())),
-            }
-        }
         if self.buffer.len() + data.len() > BUFFER_BYTES {
             ready!(self.poll_drain(cx))?;
             if data.len() > BUFFER_BYTES {

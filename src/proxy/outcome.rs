@@ -7,13 +7,11 @@ use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
-use crate::listener::connection::RejectionAnswer;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
-use bytes::Bytes;
 use pingora_core::Error;
-use std::sync::Arc;
+use pingora_http::ResponseHeader;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
 const MAX_LOGGED_MODEL_BYTES: usize = 256;
@@ -230,69 +228,52 @@ pub(super) fn finish_trace(e: Option<&Error>, ctx: &mut RequestContext) {
     });
 }
 
-/// The gateway's answer to a request head the client session refused before the request
-/// path saw it: the error envelope with a fresh `x-request-id`, counted and logged like any
-/// other rejection. The session answers `405` to `CONNECT` (no such route here), `431` to
-/// a head over `max_header_bytes`, `501` to a transfer coding other than `chunked`, and
-/// `400` to everything it cannot parse.
-pub fn rejection_answer(gateway: Arc<Gateway>) -> RejectionAnswer {
-    Arc::new(move |status| {
-        let error = match status {
-            405 => RequestError::UnknownRoute {
-                repeated_prefix: false,
-            },
-            431 => RequestError::RequestHeaderTooLarge,
-            501 => RequestError::UnsupportedTransferEncoding,
-            _ => RequestError::InvalidRequest {
-                detail: "its head could not be parsed",
-            },
-        };
-        let request_id = crate::request_id::accept_or_generate(None);
-        let response = error_response(&error);
-        let mut bytes = format!(
-            "HTTP/1.1 {} {}\r\n",
-            response.status,
-            http::StatusCode::from_u16(response.status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("Error")
-        );
+/// Answers a request head the session refused, or a `CONNECT`, with the gateway's error
+/// envelope and an `x-request-id`, through the session like every answer; counts it in
+/// `sluice_rejections_total` and `sluice_requests_total` and writes its access-log line.
+/// The connection is then closed.
+pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error: RequestError) {
+    let request_id = crate::request_id::accept_or_generate(None);
+    let response = error_response(&error);
+    session.disable_keepalive();
+    let written = async {
+        let mut header =
+            ResponseHeader::build_no_case(response.status, Some(response.headers.len() + 2))?;
         for (name, value) in &response.headers {
-            bytes.push_str(&format!("{name}: {value}\r\n"));
+            header.insert_header(*name, value.as_str())?;
         }
-        bytes.push_str(&format!(
-            "content-length: {}\r\nx-request-id: {request_id}\r\nconnection: close\r\n\r\n",
-            response.body.len()
-        ));
-        let mut bytes = bytes.into_bytes();
-        bytes.extend_from_slice(&response.body);
-
-        gateway
-            .metrics
-            .rejections
-            .with_label_values(&[UNKNOWN, error.code()])
-            .inc();
-        gateway
-            .metrics
-            .requests
-            .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
-            .inc();
-        let catalog = gateway.catalog();
-        gateway.access_log.write(&AccessRecord {
-            ts: now_rfc3339(),
-            environment: &catalog.environment,
-            request_id: &request_id,
-            method: "",
-            path: "",
-            host: "",
-            status: response.status,
-            bytes_out: response.body.len(),
-            error_code: Some(error.code()),
-            error_message: Some(error.message()),
-            ..AccessRecord::default()
-        });
-        Bytes::from(bytes)
-    })
+        header.insert_header(http::header::CONTENT_LENGTH, response.body.len())?;
+        header.insert_header(crate::request_id::HEADER, request_id.as_str())?;
+        session.write_response_header(header).await?;
+        session
+            .write_response_body(response.body.clone(), true)
+            .await
+    };
+    let _ = written.await;
+    gateway
+        .metrics
+        .rejections
+        .with_label_values(&[UNKNOWN, error.code()])
+        .inc();
+    gateway
+        .metrics
+        .requests
+        .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
+        .inc();
+    let catalog = gateway.catalog();
+    gateway.access_log.write(&AccessRecord {
+        ts: now_rfc3339(),
+        environment: &catalog.environment,
+        request_id: &request_id,
+        method: "",
+        path: "",
+        host: "",
+        status: response.status,
+        bytes_out: response.body.len(),
+        error_code: Some(error.code()),
+        error_message: Some(error.message()),
+        ..AccessRecord::default()
+    });
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
