@@ -82,7 +82,7 @@ pub(super) async fn answer(
 fn body_failure(error: Box<Error>) -> Failure {
     let malformed = matches!(
         error.etype(),
-        ErrorType::Custom("InvalidChunk") | ErrorType::InvalidHTTPHeader | ErrorType::H1Error
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error
     );
     if malformed {
         Failure::Answer(RequestError::InvalidRequest {
