@@ -9,14 +9,16 @@
 mod answer;
 mod request;
 mod request_turns;
+mod stream;
 mod to_chat;
 mod to_messages;
 
 pub use answer::{
     chat_answer_to_messages, error_to_chat, error_to_messages, messages_answer_to_chat,
-    messages_usage,
+    messages_error_type, messages_usage,
 };
 pub use request::{chat_to_messages, messages_to_chat};
+pub use stream::{MessagesUsageReader, StreamTranslation};
 pub use to_chat::{ChatChunks, MessagesStreamUsage};
 pub use to_messages::MessagesEvents;
 

@@ -23,6 +23,7 @@
 //! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
+//! | `translated.rs` | an answer in the other API than the client's: what it gets instead |
 
 mod body;
 mod choose;
@@ -37,6 +38,7 @@ mod probe;
 mod relay;
 mod request;
 mod response;
+mod translated;
 mod verdict;
 
 pub use body::RequestBody;
@@ -46,6 +48,7 @@ pub use exchange::Exchange;
 pub use health::Availability;
 pub use pool::{Pool, PoolPeer};
 pub use probe::{run as run_checks, CheckContext};
+pub use translated::AnswerTranslation;
 pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;

@@ -9,7 +9,7 @@ use crate::http1::server::Session;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
-use crate::respond::LocalResponse;
+use crate::respond::{ErrorShape, LocalResponse};
 use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
@@ -24,9 +24,16 @@ const LINGER_MAX: Duration = Duration::from_secs(5);
 
 /// The headers the gateway adds to every answer: the request ID and, for a rate-limited
 /// key, its position (`x-ratelimit-*`).
+/// The request ID header of Anthropic's API.
+const MESSAGES_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
 pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(HeaderName, String)> {
     let mut headers = Vec::with_capacity(4);
     headers.push((crate::request_id::HEADER, ctx.request_id.clone()));
+    if ctx.error_shape == ErrorShape::Messages {
+        // Anthropic's name for it, which its SDKs read.
+        headers.push((MESSAGES_REQUEST_ID, ctx.request_id.clone()));
+    }
     if let Some(rate) = &ctx.rate {
         headers.extend(rate_headers(rate));
     }
@@ -225,6 +232,14 @@ impl Read {
             0
         };
         input + output
+    }
+
+    /// The size of a JSON body (a form's is not read into memory: 0).
+    pub(super) fn body_bytes(&self) -> usize {
+        match self {
+            Read::Json(bytes, _) => bytes.len(),
+            Read::Form(..) => 0,
+        }
     }
 
     /// Writes the model's default output limit into a JSON request that sets none

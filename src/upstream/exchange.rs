@@ -12,12 +12,13 @@
 //! event.
 
 use super::body::Body;
-use super::error_record::UpstreamErrorRecord;
+use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::http1::{Head, Http1};
 use super::pool::Pool;
 use super::relay::{model_named, read_whole, relay_body, Edit, Passing, Reading, HEAD_BYTES};
 use super::request::RequestHead;
 use super::response::{is_event_stream, response_header, upstream_retry_after};
+use super::translated::AnswerTranslation;
 use super::verdict::{
     failure_of, hands_back, read_failure, send_failed, Connection, EarlyFailure, Onward, Outcome,
     Reached,
@@ -26,6 +27,7 @@ use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::http1::server::Session;
 use crate::metrics::Metrics;
+use crate::respond::ErrorShape;
 use crate::response_id::IdRewrite;
 use crate::transport::BufferedStream;
 use crate::usage::Usage;
@@ -82,6 +84,12 @@ pub struct Call<'a> {
     pub rewrite: Option<IdRewrite>,
     /// Keep the model a successful answer names (`Exchange::response_model`): tracing.
     pub read_model: bool,
+    /// The upstream speaks Anthropic's Messages API (its usage is read in that shape).
+    pub messages_api: bool,
+    /// The answer is translated to the client's API.
+    pub translation: Option<AnswerTranslation>,
+    /// The envelope of an error event that ends a cut stream.
+    pub error_shape: ErrorShape,
 }
 
 /// A failure before the response header, with whether the request may have gone out.
@@ -230,16 +238,19 @@ pub(super) async fn exchange(
     measured.event_stream = is_event_stream(&to_client);
     measured.upstream_retry_after = retry_after;
     let success = (200..300).contains(&status);
-    let edit = match (call.rewrite.clone(), call.strip_usage) {
-        (Some(rewrite), _) if success => Some(Edit::Rewrite(rewrite)),
-        (None, true) if success && measured.event_stream => Some(Edit::StripUsage),
+    let edit = match (call.rewrite.clone(), call.strip_usage, call.translation) {
+        (_, _, Some(translation)) if success && measured.event_stream => {
+            Some(Edit::Translate(Box::new(translation.stream())))
+        }
+        (Some(rewrite), _, _) if success => Some(Edit::Rewrite(rewrite)),
+        (None, true, _) if success && measured.event_stream => Some(Edit::StripUsage),
         _ => None,
     };
     // Boxed: ~480 bytes the request's future would hold for the whole answer.
     let mut passing = Box::new(Passing {
         // An error answer's first bytes are kept as they pass, for the error record.
         kept: (status >= 400).then(Vec::new),
-        reading: success.then(|| Reading::for_answer(measured.event_stream)),
+        reading: success.then(|| Reading::for_answer(measured.event_stream, call.messages_api)),
         edit,
         pending: Vec::new(),
         head: (success && call.read_model).then(Vec::new),
@@ -247,6 +258,35 @@ pub(super) async fn exchange(
     // A JSON answer whose IDs change length is read whole, rewritten, and sent with its
     // new length; anything else is relayed as it comes.
     let rewritten = match (&mut passing.edit, measured.event_stream) {
+        // An answer in the other API than the client's, read whole and translated: a
+        // successful JSON answer, or an error answer (put in the client's envelope).
+        (None, _) if call.translation.is_some() && !(success && measured.event_stream) => {
+            let translation = call.translation.unwrap_or(AnswerTranslation::ToMessages);
+            match read_whole(session, &mut connection, upstream, deadline, measured).await {
+                Ok(body) => {
+                    if let Some(reading) = &mut passing.reading {
+                        reading.feed(&body);
+                        measured.usage = reading.usage();
+                    }
+                    if let Some(kept) = &mut passing.kept {
+                        kept.extend_from_slice(&body[..body.len().min(KEPT_BODY_BYTES)]);
+                    }
+                    let Some(translated) = translation.body(status, &body) else {
+                        log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream answer cannot be translated");
+                        connection.shutdown().await;
+                        return Outcome::Failed {
+                            error: RequestError::UpstreamProtocolError,
+                            reached: Reached::Maybe,
+                        };
+                    };
+                    to_client
+                        .insert_header(http::header::CONTENT_TYPE, "application/json")
+                        .ok();
+                    Some(bytes::Bytes::from(translated))
+                }
+                Err(outcome) => return outcome,
+            }
+        }
         (Some(Edit::Rewrite(rewrite)), false) => {
             match read_whole(session, &mut connection, upstream, deadline, measured).await {
                 Ok(body) => {
@@ -266,6 +306,13 @@ pub(super) async fn exchange(
         }
         _ => None,
     };
+    if let Some(Edit::Translate(_)) = &passing.edit {
+        // Translated events have other lengths: the stream is sent chunked.
+        to_client.remove_header(&http::header::CONTENT_LENGTH);
+        to_client
+            .insert_header(http::header::TRANSFER_ENCODING, "chunked")
+            .ok();
+    }
     if let Some(body) = &rewritten {
         to_client.remove_header(&http::header::TRANSFER_ENCODING);
         to_client

@@ -11,8 +11,9 @@ use super::verdict::{AfterCut, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::http1::server::Session;
-use crate::respond::stream_error_event;
+use crate::respond::stream_error_event_in;
 use crate::response_id::IdRewrite;
+use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
 use pingora::Error;
@@ -41,20 +42,25 @@ pub(super) enum Edit {
     Rewrite(IdRewrite),
     /// Take out the usage the gateway asked for and the client did not.
     StripUsage,
+    /// The stream is in the other API than the client's: each event is translated.
+    Translate(Box<StreamTranslation>),
 }
 
-/// Reading the usage of an answer: a JSON document, or an event stream.
+/// Reading the usage of an answer: a JSON document, or an event stream (an Anthropic
+/// stream's usage is spread over `message_start` and `message_delta`).
 pub(super) enum Reading {
     Json(JsonScan),
     Events(EventUsage),
+    MessagesEvents(MessagesUsageReader),
 }
 
 impl Reading {
-    pub fn for_answer(event_stream: bool) -> Reading {
-        if event_stream {
-            Reading::Events(EventUsage::default())
-        } else {
-            Reading::Json(JsonScan::copying())
+    /// `messages_api`: the upstream speaks Anthropic's Messages API.
+    pub fn for_answer(event_stream: bool, messages_api: bool) -> Reading {
+        match (event_stream, messages_api) {
+            (true, true) => Reading::MessagesEvents(MessagesUsageReader::default()),
+            (true, false) => Reading::Events(EventUsage::default()),
+            (false, _) => Reading::Json(JsonScan::copying()),
         }
     }
 
@@ -62,6 +68,7 @@ impl Reading {
         match self {
             Reading::Json(scan) => scan.feed(bytes),
             Reading::Events(events) => events.feed(bytes),
+            Reading::MessagesEvents(events) => events.feed(bytes),
         }
     }
 
@@ -69,6 +76,7 @@ impl Reading {
         match self {
             Reading::Json(scan) => scan.usage(),
             Reading::Events(events) => events.last(),
+            Reading::MessagesEvents(events) => events.usage(),
         }
     }
 }
@@ -105,6 +113,7 @@ impl Passing {
                     Stripped::Edited(edited) => out.extend_from_slice(&edited),
                     Stripped::Dropped => {}
                 },
+                Edit::Translate(translation) => out.extend_from_slice(&translation.event(&event)),
             }
         }
         (!out.is_empty()).then(|| Bytes::from(out))
@@ -230,6 +239,32 @@ pub(super) async fn relay_body(
         let read = next_chunk(session, connection, upstream, deadline, measured).await?;
         let sent = match read {
             Next::Chunk(chunk) => passing.pass(chunk),
+            Next::End if matches!(passing.edit, Some(Edit::Translate(_))) => {
+                // The client's stream ends as its API ends one, unless the upstream's
+                // stopped before its answer was finished: then it was cut.
+                let Some(Edit::Translate(mut translation)) = passing.edit.take() else {
+                    return Ok(());
+                };
+                let mut end = translation.event(&std::mem::take(&mut passing.pending));
+                match translation.finish() {
+                    Some(tail_bytes) => end.extend_from_slice(&tail_bytes),
+                    None => {
+                        if !end.is_empty() {
+                            tail.remember(&end);
+                            measured.bytes_out += end.len();
+                            if let Err(e) =
+                                session.write_response_body(Bytes::from(end), false).await
+                            {
+                                return Err(Outcome::ClientGone(e));
+                            }
+                        }
+                        log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "translated upstream stream ended before its answer was finished");
+                        let error = RequestError::UpstreamClosed;
+                        return Err(end_cut_stream(session, call, measured, error, tail).await);
+                    }
+                }
+                (!end.is_empty()).then(|| Bytes::from(end))
+            }
             Next::End if !passing.pending.is_empty() => {
                 // What is left of an edited stream goes out as it is; the next read ends
                 // the stream, judged as any other (cut if it stopped inside an event).
@@ -240,17 +275,17 @@ pub(super) async fn relay_body(
             Next::End if measured.event_stream && !tail.at_event_end() => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
                 let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
             Next::End => return Ok(()),
             Next::Failed(e) => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
                 let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
             Next::Stalled => {
                 let error = RequestError::UpstreamTimeout;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
         };
         let Some(chunk) = sent else {
@@ -292,6 +327,7 @@ impl EventTail {
 /// event and a clean end, then the connection closes; any other body can only be cut.
 async fn end_cut_stream(
     session: &mut Session,
+    call: &Call<'_>,
     measured: &mut Exchange,
     error: RequestError,
     tail: EventTail,
@@ -302,7 +338,7 @@ async fn end_cut_stream(
             then: AfterCut::Close,
         };
     }
-    let event = stream_error_event(&error);
+    let event = stream_error_event_in(call.error_shape, &error);
     // Skip the separating blank line when the last event already ended cleanly.
     let event = if tail.at_event_end() {
         event.slice(2..)
