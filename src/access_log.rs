@@ -40,6 +40,10 @@ pub struct AccessRecord<'a> {
     pub upstream_ms: Option<f64>,
     pub ttfb_ms: Option<f64>,
     pub bytes_out: usize,
+    /// The answer started and was broken off (the upstream cut it): the client got its head
+    /// and part of its body. Only present when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]

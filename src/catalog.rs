@@ -201,6 +201,8 @@ pub struct Catalog {
     /// The configured secrets of stored-response IDs (`response_ids`); `None`: the
     /// gateway's own secret of this process signs them.
     pub response_ids: Option<IdKeys>,
+    /// The admin listener's tokens (`admin_tokens`, `admin_token_env`).
+    pub admin_tokens: Vec<crate::config::AdminToken>,
 }
 
 impl Catalog {
@@ -279,6 +281,7 @@ impl Catalog {
             keys,
             ordered_keys,
             metric_labels: config.metric_labels.clone(),
+            admin_tokens: config.admin_tokens.clone(),
             response_ids: config.response_ids.as_ref().map(|secrets| {
                 IdKeys::new(
                     secrets.current.expose().as_bytes(),

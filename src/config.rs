@@ -10,7 +10,9 @@
 //! `upstream`, `model` and `key`, from the serde shapes in `raw` as `parsed` reads them,
 //! with the error collector and scalar checks of `values`.
 
+mod admin;
 mod key;
+mod keys_alone;
 mod model;
 mod parsed;
 mod provider;
@@ -23,6 +25,8 @@ mod tracing;
 mod upstream;
 mod values;
 
+pub use admin::{AdminToken, ENV_TOKEN_NAME};
+pub use keys_alone::with_keys_file;
 pub use values::{name_problem, parse_size, text_problem};
 
 use crate::clock::{SystemWallClock, WallClock};
@@ -120,6 +124,9 @@ pub struct Config {
     /// `response_ids:`: what stored-response IDs are signed with; `None`: a secret of
     /// this process alone.
     pub response_ids: Option<ResponseIdSecrets>,
+    /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
+    /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
+    pub admin_tokens: Vec<AdminToken>,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
@@ -380,6 +387,11 @@ pub fn load_files_with(path: &Path, lookup: HostLookup) -> Result<Config, Config
     Ok(config)
 }
 
+/// A configuration or keys file's text, as the loader reads it.
+pub fn read_file(path: &Path) -> std::io::Result<String> {
+    read_text_file(path)
+}
+
 /// Largest configuration or keys file read.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
@@ -441,6 +453,13 @@ pub fn parse_with(
         upstreams_readable.then_some(declared.as_slice()),
     );
     let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let admin_tokens = admin::admin_tokens(
+        &mut errors,
+        raw.admin_token_env.as_deref(),
+        raw.admin_tokens,
+        settings.admin_listen(),
+        env,
+    );
     let serves_responses = models.iter().any(|m| {
         m.endpoints
             .contains(&crate::endpoint::EndpointType::Responses)
@@ -475,5 +494,6 @@ pub fn parse_with(
     config.limits_store = limits_store;
     config.tracing = tracing;
     config.response_ids = response_ids;
+    config.admin_tokens = admin_tokens;
     Ok(config)
 }

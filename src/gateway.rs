@@ -6,7 +6,8 @@ use crate::access_log::AccessLog;
 use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
 use crate::config::TracingConfig;
-use crate::limits::{Limiter, Store};
+use crate::key_switches::KeySwitches;
+use crate::limits::{AdminStore, Limiter, Store};
 use crate::metrics::Metrics;
 use crate::response_id::IdKeys;
 use crate::telemetry::Telemetry;
@@ -29,6 +30,11 @@ pub struct Gateway {
     pub wall_clock: Arc<dyn WallClock>,
     /// Limits shared with every replica (`limits_store`), set from the first catalog.
     pub limits_store: Option<Arc<Store>>,
+    /// The admin listener's own handle on the limits store (its view of keys, the key
+    /// switches), when there is one.
+    pub admin_store: Option<Arc<AdminStore>>,
+    /// Keys switched off at run time through the admin API.
+    pub key_switches: KeySwitches,
     /// The tracer, when `tracing:` is configured (fixed until restart).
     pub telemetry: Option<Telemetry>,
     /// Signs stored-response IDs when the catalog has no `response_ids` secret: made at
@@ -43,6 +49,15 @@ impl Gateway {
         declare_series(&metrics, &catalog);
         metrics.config_generation.set(catalog.generation as i64);
         metrics.config_last_success.set(unix_seconds());
+        if catalog.limits_store.is_some() {
+            metrics.declare_limits_store();
+        }
+        let admin_store = catalog.limits_store.as_ref().and_then(|config| {
+            AdminStore::new(config)
+                .map_err(|e| log::error!(target: "sluice::admin", error:% = e; "limits store not usable by the admin listener"))
+                .ok()
+                .map(Arc::new)
+        });
         let limits_store = catalog.limits_store.clone().and_then(|config| {
             Store::new(config, &metrics)
                 .map_err(|e| log::error!(target: "sluice::limits", error:% = e; "limits store not usable; limits stay in this process"))
@@ -51,6 +66,8 @@ impl Gateway {
         });
         Gateway {
             limits_store,
+            admin_store,
+            key_switches: KeySwitches::default(),
             catalog: ArcSwap::from_pointee(catalog),
             limiter: Limiter::new(Arc::clone(&clock)),
             upstreams: Upstreams::new(clock),

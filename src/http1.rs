@@ -1,7 +1,8 @@
 //! HTTP/1.1 as the gateway reads and writes it, on the client's side (and the admin and
 //! echo listeners'): request heads read and checked, bodies read by their framing, answers
-//! written. It imports nothing of the domain (proxy, upstream choice, limits, catalog).
-//! The upstream side (`upstream/http1.rs`) reads its answers' bodies with `reader.rs` too.
+//! written, and server-sent events read. It imports nothing of the domain (proxy, upstream
+//! choice, limits, catalog). The upstream side (`upstream/http1.rs`) reads its answers'
+//! bodies with `reader.rs` and its streams with `sse.rs` too.
 //!
 //! | file | what it holds |
 //! |---|---|
@@ -11,6 +12,7 @@
 //! | `reader.rs` | the reading side of a connection, either end: buffered bytes, a body by length, chunks or close |
 //! | `chunk_line.rs` | the one chunk-size line parser (RFC 9112 §7.1.1) |
 //! | `connection_tokens.rs` | the `Connection` field's tokens, and keep-alive by version |
+//! | `sse.rs` | the one reader of server-sent events: line ends, event ends, `data:` values, bounded buffering |
 
 mod chunk_line;
 pub mod connection_tokens;
@@ -18,3 +20,4 @@ mod framing;
 mod head;
 pub mod reader;
 pub mod server;
+pub mod sse;

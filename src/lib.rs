@@ -16,6 +16,7 @@ pub mod glob;
 pub mod http1;
 pub mod http_app;
 pub mod json_object;
+pub mod key_switches;
 pub mod limits;
 pub mod logger;
 pub mod metrics;

@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+mod admin_store;
 mod connection;
 mod store;
 mod tokens;
 
+pub use admin_store::{AdminStore, StoredLimits};
 pub use store::{Grant, Shared, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 

@@ -1,14 +1,15 @@
 //! Every Prometheus series the gateway exports, in one owned registry (no globals, so tests
 //! run several gateways in one process). Labels come only from configuration and fixed sets.
 
+mod key_info;
+
 use crate::catalog::Key;
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use key_info::KeyInfo;
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Label value for a request that named no known key or model.
 pub const UNKNOWN: &str = "unknown";
@@ -55,6 +56,8 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    /// Streams whose edits stopped at an event over the bound of what is held.
+    pub stream_edits_skipped: IntCounterVec,
     pub limits_store_up: IntGauge,
     pub limits_store_errors: IntCounterVec,
     pub limits_store_duration: Histogram,
@@ -133,6 +136,14 @@ impl Metrics {
             &["upstream", "code"],
         )
         .expect("valid metric");
+        let stream_edits_skipped = IntCounterVec::new(
+            Opts::new(
+                "sluice_stream_edits_skipped_total",
+                "Edited streams (usage taken out, IDs rewritten) with an event over 1 MiB: the rest passed unedited.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         let config_reloads = IntCounterVec::new(
             Opts::new(
                 "sluice_config_reloads_total",
@@ -209,7 +220,7 @@ impl Metrics {
         .expect("valid metric");
         let limits_store_up = IntGauge::new(
             "sluice_limits_store_up",
-            "1 while the shared limits store (limits_store) answers; 0 while it does not, or when none is configured.",
+            "1 while the shared limits store (limits_store) answers; 0 while it does not (exported only with a limits_store).",
         )
         .expect("valid metric");
         let limits_store_errors = IntCounterVec::new(
@@ -292,6 +303,7 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(rejections.clone()),
             Box::new(upstream_errors.clone()),
+            Box::new(stream_edits_skipped.clone()),
             Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
             Box::new(config_last_success.clone()),
@@ -304,9 +316,6 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
-            Box::new(limits_store_up.clone()),
-            Box::new(limits_store_errors.clone()),
-            Box::new(limits_store_duration.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
             Box::new(trace_spans_dropped.clone()),
@@ -327,6 +336,7 @@ impl Metrics {
             in_flight,
             rejections,
             upstream_errors,
+            stream_edits_skipped,
             config_reloads,
             config_generation,
             config_last_success,
@@ -377,9 +387,6 @@ impl Metrics {
         for result in ["success", "failure"] {
             self.config_reloads.with_label_values(&[result]);
         }
-        for kind in ["timeout", "connection", "script"] {
-            self.limits_store_errors.with_label_values(&[kind]);
-        }
         for code in ANONYMOUS_CODES {
             self.rejections.with_label_values(&[UNKNOWN, code]);
         }
@@ -388,6 +395,7 @@ impl Metrics {
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
             self.usage_missing.with_label_values(&[upstream]);
+            self.stream_edits_skipped.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
                     .with_label_values(&[upstream, result]);
@@ -407,85 +415,29 @@ impl Metrics {
         }
     }
 
+    /// Registers the limits store's series, at zero: only a gateway with a `limits_store`
+    /// exports them (an alert on the gauge must not fire where there is no store).
+    pub fn declare_limits_store(&self) {
+        let series: [Box<dyn prometheus::core::Collector>; 3] = [
+            Box::new(self.limits_store_up.clone()),
+            Box::new(self.limits_store_errors.clone()),
+            Box::new(self.limits_store_duration.clone()),
+        ];
+        for collector in series {
+            // Registered once per gateway: a second call finds them there.
+            let _ = self.registry.register(collector);
+        }
+        for kind in ["timeout", "connection", "script"] {
+            self.limits_store_errors.with_label_values(&[kind]);
+        }
+    }
+
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail for well-formed metrics.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
-    }
-}
-
-/// `sluice_key_info{key, <each of metric_labels>} 1`: the one series that carries key
-/// labels, to be joined onto any series with a `key` label. Its label names change with
-/// `metric_labels` on a reload, which a fixed-label vector cannot do, so it is collected
-/// from rows rebuilt at each load.
-#[derive(Clone)]
-struct KeyInfo {
-    desc: Arc<Desc>,
-    rows: Arc<Mutex<Vec<Metric>>>,
-}
-
-impl KeyInfo {
-    const NAME: &'static str = "sluice_key_info";
-
-    fn new() -> Self {
-        let desc = Desc::new(
-            Self::NAME.into(),
-            "Always 1; a key's labels listed in metric_labels, to join on the key label.".into(),
-            Vec::new(),
-            Default::default(),
-        )
-        .expect("valid metric");
-        KeyInfo {
-            desc: Arc::new(desc),
-            rows: Arc::default(),
-        }
-    }
-
-    fn replace(&self, keys: &[Arc<Key>], metric_labels: &[String]) {
-        let pair = |name: &str, value: &str| {
-            let mut pair = LabelPair::default();
-            pair.set_name(name.into());
-            pair.set_value(value.into());
-            pair
-        };
-        let rows = keys
-            .iter()
-            .map(|key| {
-                let mut labels = vec![pair("key", &key.name)];
-                for name in metric_labels {
-                    let value = key.labels.get(name).map_or("", String::as_str);
-                    labels.push(pair(name, value));
-                }
-                let mut gauge = Gauge::default();
-                gauge.set_value(1.0);
-                let mut metric = Metric::default();
-                metric.set_label(labels);
-                metric.set_gauge(gauge);
-                metric
-            })
-            .collect();
-        *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = rows;
-    }
-}
-
-impl Collector for KeyInfo {
-    fn desc(&self) -> Vec<&Desc> {
-        vec![&self.desc]
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if rows.is_empty() {
-            return Vec::new();
-        }
-        let mut family = MetricFamily::default();
-        family.set_name(Self::NAME.into());
-        family.set_help(self.desc.help.clone());
-        family.set_field_type(MetricType::GAUGE);
-        family.set_metric(rows);
-        vec![family]
     }
 }
 

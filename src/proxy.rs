@@ -266,6 +266,13 @@ impl Proxy {
             }
         };
         ctx.key = Some(Arc::clone(&key));
+        if self.gateway.key_switches.is_disabled(&key.name) {
+            // Switched off through the admin API: refused as a disabled key is.
+            return Err(RequestError::InactiveApiKey {
+                why: crate::catalog::Inactive::Disabled,
+            }
+            .into());
+        }
         // 3. Limits: gateway-wide shedding, then the key's rate and concurrency.
         self.admit(ctx, &catalog, &key)?;
         if matches!(ctx.limits, LimitMode::Shared) && !matches!(route, Route::Create(_)) {

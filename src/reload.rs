@@ -1,5 +1,8 @@
 //! Reloading: read and validate the whole configuration again, and swap the snapshot only
-//! if all of it is good. A bad file leaves the running catalog untouched.
+//! if all of it is good. A bad file leaves the running catalog untouched, with one
+//! exception: a changed keys file is applied on its own when the configuration file has an
+//! error, so a revocation never waits for someone else's fix. Every reload that takes
+//! logs what it changed (keys added, removed, disabled, enabled; models added, removed).
 //!
 //! Two triggers share one path: SIGHUP, and a watcher that fingerprints the contents of the
 //! configuration and keys files every `watch_interval`. Reading contents (not inode or
@@ -7,7 +10,7 @@
 //! symlink swap (Kubernetes ConfigMap and Secret volumes).
 
 use crate::catalog::Catalog;
-use crate::config::{load_files, Config};
+use crate::config::{load_files, read_file, with_keys_file, Config};
 use crate::gateway::Gateway;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -30,17 +33,30 @@ pub struct Reloader {
     seen: Mutex<u64>,
     /// Held for a whole reload: a signal and the watcher never reload at the same time.
     reloading: Mutex<()>,
+    /// The configuration file's text as last loaded, and the keys file's fingerprint as
+    /// last applied: what a keys-file-only reload starts from.
+    applied: Mutex<Applied>,
+}
+
+struct Applied {
+    config_text: String,
+    keys: u64,
 }
 
 impl Reloader {
     pub fn new(gateway: Arc<Gateway>, path: &Path, running: Config) -> Self {
         let seen = fingerprint(path, running.keys_file.as_deref());
+        let applied = Applied {
+            config_text: read_file(path).unwrap_or_default(),
+            keys: keys_fingerprint(running.keys_file.as_deref()),
+        };
         Reloader {
             gateway,
             path: path.to_path_buf(),
             running: Mutex::new(running),
             seen: Mutex::new(seen),
             reloading: Mutex::new(()),
+            applied: Mutex::new(applied),
         }
     }
 
@@ -61,6 +77,8 @@ impl Reloader {
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
             fingerprint(&self.path, keys_file.as_deref());
         let generation = self.gateway.catalog().generation + 1;
+        let config_text = read_file(&self.path).unwrap_or_default();
+        let keys_seen = keys_fingerprint(keys_file.as_deref());
         match load_files(&self.path) {
             Ok(config) => {
                 let mut running = self.lock_running();
@@ -75,7 +93,23 @@ impl Reloader {
                     .config_reloads
                     .with_label_values(&["success"])
                     .inc();
-                log::info!(target: "sluice::reload", generation, trigger:? = trigger; "configuration reloaded");
+                let changes = Changes::between(&running, &config);
+                log::info!(
+                    target: "sluice::reload",
+                    generation,
+                    trigger:? = trigger,
+                    keys_added:% = changes.keys_added,
+                    keys_removed:% = changes.keys_removed,
+                    keys_disabled:% = changes.keys_disabled,
+                    keys_enabled:% = changes.keys_enabled,
+                    models_added:% = changes.models_added,
+                    models_removed:% = changes.models_removed;
+                    "configuration reloaded"
+                );
+                *self.applied.lock().unwrap_or_else(|p| p.into_inner()) = Applied {
+                    config_text,
+                    keys: keys_fingerprint(config.keys_file.as_deref()),
+                };
                 // The new configuration may name another keys file: watch that one now.
                 *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
                     fingerprint(&self.path, config.keys_file.as_deref());
@@ -94,7 +128,65 @@ impl Reloader {
                     errors:% = errors;
                     "configuration rejected; still serving the previous one"
                 );
+                self.reload_keys_file(keys_seen, generation);
                 false
+            }
+        }
+    }
+
+    /// Applies a changed keys file on its own, against the configuration as last loaded
+    /// (the configuration file has an error just now).
+    fn reload_keys_file(&self, keys_seen: u64, generation: u64) {
+        let mut running = self.lock_running();
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(keys_file) = running.keys_file.clone() else {
+            return;
+        };
+        if keys_seen == applied.keys {
+            return;
+        }
+        let checked = read_file(&keys_file)
+            .map_err(|e| format!("{}: cannot read: {e}", keys_file.display()))
+            .and_then(|keys_text| {
+                with_keys_file(
+                    &running,
+                    &self.path,
+                    &applied.config_text,
+                    &keys_file,
+                    &keys_text,
+                )
+                .map_err(|errors| errors.to_string())
+            });
+        // Tried once per change of the keys file, taken or not.
+        applied.keys = keys_seen;
+        match checked {
+            Ok(config) => {
+                log_warnings(&config);
+                self.gateway
+                    .swap_catalog(Catalog::build(&config, generation));
+                self.gateway
+                    .metrics
+                    .config_reloads
+                    .with_label_values(&["success"])
+                    .inc();
+                let changes = Changes::between(&running, &config);
+                log::warn!(
+                    target: "sluice::reload",
+                    generation,
+                    keys_added:% = changes.keys_added,
+                    keys_removed:% = changes.keys_removed,
+                    keys_disabled:% = changes.keys_disabled,
+                    keys_enabled:% = changes.keys_enabled;
+                    "keys file reloaded on its own; the configuration file's change is still rejected"
+                );
+                *running = config;
+            }
+            Err(errors) => {
+                log::error!(
+                    target: "sluice::reload",
+                    errors:% = errors;
+                    "keys file rejected too; still serving the previous keys"
+                );
             }
         }
     }
@@ -152,6 +244,80 @@ fn fingerprint(config: &Path, keys_file: Option<&Path>) -> u64 {
             Ok(meta) => format!("{:?}", meta.file_type()).hash(&mut hasher),
             Err(e) => e.kind().hash(&mut hasher),
         }
+    }
+    hasher.finish()
+}
+
+/// What a reload changed, each a comma-separated list of names (empty: nothing).
+struct Changes {
+    keys_added: String,
+    keys_removed: String,
+    keys_disabled: String,
+    keys_enabled: String,
+    models_added: String,
+    models_removed: String,
+}
+
+impl Changes {
+    fn between(old: &Config, new: &Config) -> Changes {
+        let names = |list: Vec<&str>| list.join(",");
+        let disabled =
+            |config: &Config, name: &str| config.keys.iter().any(|k| k.name == name && k.disabled);
+        let old_keys: Vec<&str> = old.keys.iter().map(|k| k.name.as_str()).collect();
+        let new_keys: Vec<&str> = new.keys.iter().map(|k| k.name.as_str()).collect();
+        let old_models: Vec<&str> = old.models.iter().map(|m| m.id.as_str()).collect();
+        let new_models: Vec<&str> = new.models.iter().map(|m| m.id.as_str()).collect();
+        let kept = || new_keys.iter().copied().filter(|n| old_keys.contains(n));
+        Changes {
+            keys_added: names(
+                new_keys
+                    .iter()
+                    .copied()
+                    .filter(|n| !old_keys.contains(n))
+                    .collect(),
+            ),
+            keys_removed: names(
+                old_keys
+                    .iter()
+                    .copied()
+                    .filter(|n| !new_keys.contains(n))
+                    .collect(),
+            ),
+            keys_disabled: names(
+                kept()
+                    .filter(|n| !disabled(old, n) && disabled(new, n))
+                    .collect(),
+            ),
+            keys_enabled: names(
+                kept()
+                    .filter(|n| disabled(old, n) && !disabled(new, n))
+                    .collect(),
+            ),
+            models_added: names(
+                new_models
+                    .iter()
+                    .copied()
+                    .filter(|m| !old_models.contains(m))
+                    .collect(),
+            ),
+            models_removed: names(
+                old_models
+                    .iter()
+                    .copied()
+                    .filter(|m| !new_models.contains(m))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The keys file's fingerprint alone (0 without one).
+fn keys_fingerprint(keys_file: Option<&Path>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    match keys_file.map(read_file) {
+        Some(Ok(text)) => text.hash(&mut hasher),
+        Some(Err(e)) => e.kind().hash(&mut hasher),
+        None => return 0,
     }
     hasher.finish()
 }

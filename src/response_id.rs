@@ -28,8 +28,11 @@ const DOMAIN: &[u8] = b"sluice stored response id v2";
 
 /// The secrets stored-response IDs are signed with: the current one signs and verifies,
 /// the previous one (during a rotation) only verifies.
+/// Shared by every request that signs or reads an ID: cloning it is one reference count.
 #[derive(Clone)]
-pub struct IdKeys {
+pub struct IdKeys(std::sync::Arc<Secrets>);
+
+struct Secrets {
     current: hmac::Key,
     previous: Option<hmac::Key>,
 }
@@ -42,10 +45,10 @@ impl std::fmt::Debug for IdKeys {
 
 impl IdKeys {
     pub fn new(current: &[u8], previous: Option<&[u8]>) -> Self {
-        IdKeys {
+        IdKeys(std::sync::Arc::new(Secrets {
             current: hmac::Key::new(hmac::HMAC_SHA256, current),
             previous: previous.map(|p| hmac::Key::new(hmac::HMAC_SHA256, p)),
-        }
+        }))
     }
 
     /// A secret of this process alone, for a configuration without `response_ids`: its
@@ -85,7 +88,7 @@ impl StoredResponseId {
             self.model, self.upstream, self.upstream_id
         );
         let mut bytes = inner.into_bytes();
-        let tag = hmac::sign(&issuer.keys.current, &self.signed(issuer.owner));
+        let tag = hmac::sign(&issuer.keys.0.current, &self.signed(issuer.owner));
         bytes.extend_from_slice(tag.as_ref());
         Some(format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
     }
@@ -110,7 +113,7 @@ impl StoredResponseId {
             upstream_id: upstream_id.to_owned(),
         };
         let signed = named.signed(issuer.owner);
-        let keys = std::iter::once(&issuer.keys.current).chain(&issuer.keys.previous);
+        let keys = std::iter::once(&issuer.keys.0.current).chain(&issuer.keys.0.previous);
         keys.into_iter()
             .any(|key| hmac::verify(key, &signed, &tag).is_ok())
             .then_some(named)
@@ -213,10 +216,8 @@ impl IdRewrite {
 
     /// One whole SSE event (ending with its blank line), rewritten.
     pub fn event(&mut self, event: &[u8]) -> Vec<u8> {
-        for line in event.split(|&b| b == b'\n') {
-            if let Some(data) = line.strip_prefix(b"data:") {
-                self.learn(data.trim_ascii());
-            }
+        for data in crate::http1::sse::data_values(event) {
+            self.learn(event[data].trim_ascii());
         }
         self.replace(event)
     }
@@ -338,7 +339,7 @@ mod tests {
             };
             let mut bytes =
                 format!("{VERSION}\n{}\n{}\n{id}", named.model, named.upstream).into_bytes();
-            bytes.extend_from_slice(hmac::sign(&keys.current, &named.signed("a")).as_ref());
+            bytes.extend_from_slice(hmac::sign(&keys.0.current, &named.signed("a")).as_ref());
             let forged = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
             assert_eq!(
                 StoredResponseId::decode(&forged, issuer(&keys, "a")),

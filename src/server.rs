@@ -18,8 +18,53 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+
+/// The bound on a listener's open connections (`max_connections`), one for all the accept
+/// loops that serve it, however many threads they run on.
+///
+/// A connection is accepted first and then waits for a place: a loop that took a place
+/// before accepting would hold it while the kernel queued the next connection on another
+/// worker's listener (`SO_REUSEPORT`), and fewer than `max_connections` would be served.
+/// A loop waiting for a place accepts nothing more, so the kernel holds the rest.
+#[derive(Clone)]
+pub struct ConnectionBound {
+    places: Arc<Semaphore>,
+    /// Accepted connections waiting for a place.
+    waiting: Arc<watch::Sender<usize>>,
+}
+
+impl ConnectionBound {
+    pub fn new(max_connections: usize) -> Self {
+        ConnectionBound {
+            places: Arc::new(Semaphore::new(max_connections)),
+            waiting: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    /// A place for an accepted connection, once one is free (in the order asked).
+    async fn place(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(place) = Arc::clone(&self.places).try_acquire_owned() {
+            return Some(place);
+        }
+        /// Counts a wait while it lasts (a shutdown may drop it).
+        struct Waiting<'a>(&'a watch::Sender<usize>);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.send_modify(|n| *n -= 1);
+            }
+        }
+        self.waiting.send_modify(|n| *n += 1);
+        let _waiting = Waiting(&self.waiting);
+        Arc::clone(&self.places).acquire_owned().await.ok()
+    }
+
+    /// Follows how many accepted connections wait for a place.
+    pub fn waiting(&self) -> watch::Receiver<usize> {
+        self.waiting.subscribe()
+    }
+}
 
 /// Binds `addr` and serves `app` on it, each connection under `policy`, until `shutdown`
 /// turns true.
@@ -32,37 +77,52 @@ pub async fn listen<A>(
 where
     A: App,
 {
+    let open = ConnectionBound::new(policy.max_connections);
+    listen_bounded(addr, app, policy, open, shutdown).await
+}
+
+/// [`listen`], under a bound the caller keeps.
+async fn listen_bounded<A>(
+    addr: SocketAddr,
+    app: Arc<A>,
+    policy: ClientPolicy,
+    open: ConnectionBound,
+    shutdown: ShutdownWatch,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+where
+    A: App,
+{
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let open = Arc::new(Semaphore::new(policy.max_connections));
     let task = tokio::spawn(accept_loop(listener, app, policy, open, shutdown));
     Ok((bound, task))
 }
 
-/// Accepts connections while `open` has places, serving each in a task of its own, until
-/// `shutdown` turns true.
+/// Accepts connections and serves each, once `open` has a place for it, in a task of its
+/// own, until `shutdown` turns true.
 pub(crate) async fn accept_loop<A>(
     listener: TcpListener,
     app: Arc<A>,
     policy: ClientPolicy,
-    open: Arc<Semaphore>,
+    open: ConnectionBound,
     mut shutdown: ShutdownWatch,
 ) where
     A: App,
 {
     loop {
-        // A place first: at `max_connections`, nothing more is accepted until one closes.
-        let place = tokio::select! {
-            place = Arc::clone(&open).acquire_owned() => place,
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        };
-        let Ok(place) = place else { return };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         match accepted {
             Ok((tcp, _peer)) => {
+                // At `max_connections`, this one waits for one to close, and nothing more
+                // is accepted meanwhile.
+                let place = tokio::select! {
+                    place = open.place() => place,
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                };
+                let Some(place) = place else { return };
                 // Nagle against delayed ACK stalls small responses by ~40 ms.
                 let _ = tcp.set_nodelay(true);
                 let digest = SocketDigest::from_raw_fd(tcp.as_raw_fd());
@@ -124,6 +184,8 @@ pub struct Running {
     stop_rest: tokio::sync::watch::Sender<bool>,
     /// The client listener's own event loops, if it has them.
     workers: std::sync::Mutex<Option<Workers>>,
+    /// The client listener's bound on open connections.
+    clients_bound: ConnectionBound,
 }
 
 /// Where the client listener's connections are served.
@@ -177,14 +239,22 @@ pub async fn start_on(
         max_header_bytes: config.max_header_bytes,
         answer_rejection: Some(crate::proxy::rejection_answer(Arc::clone(&gateway))),
     };
+    let clients_bound = ConnectionBound::new(clients.max_connections);
     let (addr, workers) = match loops {
-        EventLoops::Caller => listen(config.listen, proxy(), clients, clients_watch)
-            .await
-            .map(|(addr, _)| (addr, None)),
+        EventLoops::Caller => listen_bounded(
+            config.listen,
+            proxy(),
+            clients,
+            clients_bound.clone(),
+            clients_watch,
+        )
+        .await
+        .map(|(addr, _)| (addr, None)),
         EventLoops::PerCore(threads) => {
             let service = crate::workers::Service {
                 app: proxy,
                 policy: clients,
+                open: clients_bound.clone(),
                 stop_accepting: clients_watch,
                 stop: rest_watch.clone(),
             };
@@ -198,7 +268,17 @@ pub async fn start_on(
         Arc::clone(&gateway),
         rest_watch.clone(),
     ));
-    let admin = Arc::new(crate::admin::Admin::new(Arc::clone(&gateway)));
+    if let Some(store) = &gateway.limits_store {
+        store.check().await;
+    }
+    tokio::spawn(crate::key_switches::keep_fresh(
+        Arc::clone(&gateway),
+        rest_watch.clone(),
+    ));
+    let admin = Arc::new(crate::admin::Admin::new(
+        Arc::clone(&gateway),
+        config.admin_listen.ip().is_loopback(),
+    ));
     let (admin_addr, _) = listen(
         config.admin_listen,
         admin,
@@ -215,6 +295,7 @@ pub async fn start_on(
         stop_clients,
         stop_rest,
         workers: std::sync::Mutex::new(workers),
+        clients_bound,
     })
 }
 
@@ -228,6 +309,11 @@ fn bind_error(setting: &str, addr: SocketAddr, error: std::io::Error) -> std::io
 }
 
 impl Running {
+    /// Follows how many accepted client connections wait for a place (`max_connections`).
+    pub fn connections_waiting(&self) -> watch::Receiver<usize> {
+        self.clients_bound.waiting()
+    }
+
     /// Turns true when the gateway has stopped; background tasks (the file watcher) end on it.
     pub fn stopped(&self) -> tokio::sync::watch::Receiver<bool> {
         self.stop_rest.subscribe()

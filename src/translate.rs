@@ -22,6 +22,7 @@ pub use stream::{MessagesUsageReader, StreamTranslation};
 pub use to_chat::{ChatChunks, MessagesStreamUsage};
 pub use to_messages::MessagesEvents;
 
+use crate::http1::sse::data_values;
 use serde_json::Value;
 
 /// A request that cannot be said in the other API: 400 `invalid_parameter`, naming it.
@@ -85,17 +86,14 @@ fn write_json(out: &mut Vec<u8>, value: &Value) {
 /// `None` for an event with no data (a comment, a retry hint).
 pub fn event_data(event: &[u8]) -> Option<Vec<u8>> {
     let mut data: Option<Vec<u8>> = None;
-    for line in event.split(|&b| b == b'\n' || b == b'\r') {
-        let Some(rest) = line.strip_prefix(b"data:") else {
-            continue;
-        };
-        let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+    for value in data_values(event) {
+        let value = &event[value];
         match &mut data {
             Some(joined) => {
                 joined.push(b'\n');
-                joined.extend_from_slice(rest);
+                joined.extend_from_slice(value);
             }
-            None => data = Some(rest.to_vec()),
+            None => data = Some(value.to_vec()),
         }
     }
     data

@@ -18,14 +18,17 @@
 //! | `request.rs`  | the request header sent up: the one use of a credential             |
 //! | `response.rs` | the response header passed back: status, framing, `Retry-After`     |
 //! | `pool.rs`     | one event loop's idle connections to the upstreams, and the connector |
+//! | `call.rs`     | one request's call to an upstream, and what its exchanges measured |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
+//! | `send.rs`     | the request out and the answer's head back, on a pooled or fresh connection |
 //! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
-//! | `relay.rs`    | the answer body as it passes: deadlines, cut streams, ID rewrites   |
+//! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `probe.rs`    | active health checks                                                |
 //! | `translated.rs` | an answer in the other API than the client's: what it gets instead |
 
 mod body;
+mod call;
 mod choose;
 mod dispatch;
 mod error_record;
@@ -38,13 +41,14 @@ mod probe;
 mod relay;
 mod request;
 mod response;
+mod send;
 mod translated;
 mod verdict;
 
 pub use body::RequestBody;
+pub use call::Exchange;
 pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
 pub use error_record::UpstreamErrorRecord;
-pub use exchange::Exchange;
 pub use health::Availability;
 pub use pool::{Pool, PoolPeer};
 pub use probe::{run as run_checks, CheckContext};

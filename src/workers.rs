@@ -7,12 +7,13 @@
 
 use crate::connection::ClientPolicy;
 use crate::http_app::App;
+use crate::server::ConnectionBound;
 use pingora::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use tokio::net::TcpSocket;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 
 /// Connections the kernel queues per listener before one is accepted.
 const BACKLOG: u32 = 4096;
@@ -27,6 +28,8 @@ pub struct Service<F> {
     /// Makes the app a worker serves (called once per worker: each has its own).
     pub app: F,
     pub policy: ClientPolicy,
+    /// One bound on open connections for the gateway, not one per worker.
+    pub open: ConnectionBound,
     /// Turns true when the listeners close (the start of a drain).
     pub stop_accepting: ShutdownWatch,
     /// Turns true when the workers stop, with whatever connections are left.
@@ -51,8 +54,6 @@ where
     let sockets = (0..threads.get())
         .map(|_| reuse_port_socket(bound))
         .collect::<std::io::Result<Vec<_>>>()?;
-    // One bound on open connections for the gateway, not one per worker.
-    let open = Arc::new(Semaphore::new(service.policy.max_connections));
     let mut started = Vec::with_capacity(sockets.len());
     let mut workers = Workers {
         threads: Vec::with_capacity(sockets.len()),
@@ -62,7 +63,7 @@ where
         let worker = Worker {
             app: (service.app)(),
             policy: service.policy.clone(),
-            open: Arc::clone(&open),
+            open: service.open.clone(),
             stop_accepting: service.stop_accepting.clone(),
             stop: service.stop.clone(),
         };
@@ -95,7 +96,7 @@ fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpSocket> {
 struct Worker<A> {
     app: Arc<A>,
     policy: ClientPolicy,
-    open: Arc<Semaphore>,
+    open: ConnectionBound,
     stop_accepting: ShutdownWatch,
     stop: watch::Receiver<bool>,
 }

@@ -56,8 +56,10 @@ fn exported(text: &str) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// A gateway with every kind of series present: an upstream with a queue, a model with a
-/// fallback, and a request answered with usage.
+/// fallback, a request answered with usage, and a limits store (its series exist only
+/// where one is configured).
 async fn live_metrics() -> BTreeMap<String, BTreeSet<String>> {
+    let redis = common::redis_server::RedisServer::start();
     let mock = MockUpstream::start().await;
     let yaml = format!(
         r#"
@@ -75,7 +77,10 @@ models:
     upstream: mock
 keys:
   - {{name: alpha, sha256: {hash}}}
+limits_store:
+  url: {store}
 "#,
+        store = redis.url(),
         url = mock.url(),
         hash = key_hash(ALPHA)
     );
@@ -132,6 +137,7 @@ async fn every_dashboard_query_parses_and_names_exported_series_and_labels() {
         "sluice_upstream_ejections_total",
         "sluice_tokens_total",
         "sluice_config_reloads_total",
+        "sluice_limits_store_up",
     ] {
         assert!(named.contains(wanted), "the dashboard shows {wanted}");
     }

@@ -463,7 +463,10 @@ async fn the_admin_view_shows_live_counts_and_never_key_material() {
 
     let (status, text, missing) = admin_keys(&gw, "/keys/no-such-key").await;
     assert_eq!(status, 404, "{text}");
-    assert_eq!(missing["error"], "unknown_key");
+    assert_eq!(
+        missing["error"]["code"], "unknown_key",
+        "the gateway's error envelope: {text}"
+    );
     assert_eq!(
         get(gw.addr(), "/keys", Some(ALPHA)).await.status,
         404,

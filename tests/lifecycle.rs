@@ -255,3 +255,68 @@ async fn diagnostic_lines_name_the_request_they_are_about() {
     assert_eq!(code, Some(0));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Sends a 3 MiB transcription upload (past the 1 MiB kept in memory) and returns its status.
+async fn upload_3_mib(addr: std::net::SocketAddr) -> Response {
+    let mut body =
+        b"--zz\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--zz\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+            .to_vec();
+    body.extend((0..3u32 << 20).map(|i| (i % 251) as u8));
+    body.extend_from_slice(b"\r\n--zz--\r\n");
+    send(
+        addr,
+        "POST",
+        "/v1/audio/transcriptions",
+        &[
+            ("authorization", &format!("Bearer {ALPHA}")),
+            ("content-type", "multipart/form-data; boundary=zz"),
+        ],
+        &body,
+    )
+    .await
+}
+
+/// The shipped Deployment's read-only root filesystem is why it mounts an emptyDir at /tmp
+/// (deploy/check asserts it): an upload past 1 MiB spools to the temporary directory, so
+/// that directory must be writable, and with one it arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_uploads_spool_into_a_writable_temporary_directory_only() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("spool-tmpdir");
+    let path = dir.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nupstreams:\n  - {{name: mock, url: {}}}\n\
+             models:\n  - {{id: whisper, upstream: mock, endpoint_type: audio_transcription}}\n\
+             keys:\n  - {{name: alpha, sha256: {}}}\n",
+            mock.url(),
+            key_hash(ALPHA)
+        ),
+    )
+    .unwrap();
+    let writable = dir.join("tmp");
+    std::fs::create_dir(&writable).unwrap();
+    let gw = GatewayProcess::start(&path, &[("TMPDIR", writable.to_str().unwrap())]);
+    let answer = upload_3_mib(gw.addr).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "spooled in the writable TMPDIR: {}",
+        answer.text()
+    );
+    assert_eq!(
+        std::fs::read_dir(&writable).unwrap().count(),
+        0,
+        "the spool file was unlinked at once"
+    );
+    gw.stop();
+
+    // What a read-only root without the emptyDir gives: no temporary file, no upload.
+    let missing = dir.join("not-there");
+    let gw = GatewayProcess::start(&path, &[("TMPDIR", missing.to_str().unwrap())]);
+    let refused = upload_3_mib(gw.addr).await;
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    gw.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}

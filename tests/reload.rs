@@ -280,3 +280,89 @@ async fn fifty_reloads_under_load_fail_no_request() {
     assert_eq!(gw.gateway().catalog().generation, 51);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_revocation_in_the_keys_file_applies_while_gateway_yaml_has_an_error() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("reload-keys-alone");
+    let keys = |list: &[(&str, &str, bool)]| {
+        let lines: String = list
+            .iter()
+            .map(|(n, k, off)| {
+                format!(
+                    "  - {{name: {n}, sha256: {}, disabled: {off}}}\n",
+                    key_hash(k)
+                )
+            })
+            .collect();
+        format!("keys:\n{lines}")
+    };
+    std::fs::write(
+        dir.join("keys.yaml"),
+        keys(&[("alpha", ALPHA, false), ("fresh", NEW_KEY, false)]),
+    )
+    .unwrap();
+    let main = file_config(&mock.url());
+    let main = format!(
+        "keys_file: keys.yaml\n{}",
+        &main[..main.find("keys:\n").unwrap()]
+    );
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, &main).unwrap();
+    let gw = TestGateway::start_file(&path).await;
+    let reloader = gw.reloader.clone().expect("started from a file");
+    assert_eq!(
+        get(gw.addr(), "/v1/models", Some(NEW_KEY)).await.status,
+        200
+    );
+
+    // Someone's unrelated edit breaks gateway.yaml; then security revokes `fresh`.
+    replace_by_rename(
+        &path,
+        &main.replace(
+            "models:\n",
+            "models:\n  - id: broken\n    upstream: nowhere\n",
+        ),
+    );
+    replace_by_rename(
+        &dir.join("keys.yaml"),
+        &keys(&[("alpha", ALPHA, false), ("fresh", NEW_KEY, true)]),
+    );
+    let applied = tokio::task::spawn_blocking(move || reloader.reload(Trigger::Signal))
+        .await
+        .unwrap();
+    assert!(!applied, "gateway.yaml's change is still rejected");
+    assert_eq!(
+        get(gw.addr(), "/v1/models", Some(NEW_KEY)).await.status,
+        401,
+        "the revocation applied on its own"
+    );
+    assert_eq!(get(gw.addr(), "/v1/models", Some(ALPHA)).await.status, 200);
+    assert_eq!(
+        chat(gw.addr(), ALPHA, &chat_body("broken")).await.status,
+        404,
+        "nothing of the broken file is served"
+    );
+    assert_eq!(gw.gateway().catalog().generation, 2);
+    assert_eq!(
+        gw.metric(r#"sluice_config_reloads_total{result="failure"}"#),
+        1.0
+    );
+
+    // Fixing gateway.yaml later loads both files, the revocation kept.
+    replace_by_rename(
+        &path,
+        &main.replace("models:\n", "models:\n  - id: fixed\n    upstream: mock\n"),
+    );
+    within(
+        Duration::from_secs(2),
+        "the fixed configuration",
+        || async { chat(gw.addr(), ALPHA, &chat_body("fixed")).await.status == 200 },
+    )
+    .await;
+    assert_eq!(
+        get(gw.addr(), "/v1/models", Some(NEW_KEY)).await.status,
+        401
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -249,9 +249,65 @@ async fn each_on_error_mode_while_redis_is_down() {
             .sum();
         assert!(errors >= 1.0, "the failed call is counted");
         let ready = get(gw.admin(), "/readyz", None).await;
+        let refusing = std::ptr::eq(gw, &closed);
         assert_eq!(
-            ready.status, 200,
-            "a store that is down does not make the gateway unready"
+            ready.status,
+            if refusing { 503 } else { 200 },
+            "a store that is down makes the gateway unready only where on_error: closed refuses every request"
+        );
+        assert_eq!(ready.json()["limits_store"]["state"], "down");
+    }
+}
+
+#[tokio::test]
+async fn without_a_store_its_series_are_not_exported() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    let text = get(gw.admin(), "/metrics", None).await.text();
+    assert!(
+        !text.contains("sluice_limits_store"),
+        "no limits_store, no sluice_limits_store_* series (an alert on the gauge would fire)"
+    );
+    assert_eq!(
+        get(gw.admin(), "/readyz", None).await.json()["limits_store"],
+        serde_json::Value::Null
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_unreachable_at_start_is_down_before_the_first_request() {
+    let mock = MockUpstream::start().await;
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = format!(
+        "  url: redis://127.0.0.1:{port}/0
+"
+    );
+    for (on_error, ready_status) in [("closed", 503), ("local", 200)] {
+        let yaml = shared_config(
+            &mock.url(),
+            &format!(
+                "{unreachable}  on_error: {on_error}
+"
+            ),
+            "    requests_per_minute: 60",
+        );
+        let gw = TestGateway::start(&yaml).await;
+        let text = get(gw.admin(), "/metrics", None).await.text();
+        assert!(
+            text.lines().any(|l| l == "sluice_limits_store_up 0"),
+            "on_error {on_error}: the gauge says down from the first scrape"
+        );
+        let ready = get(gw.admin(), "/readyz", None).await;
+        assert_eq!(
+            ready.status,
+            ready_status,
+            "on_error {on_error}: {}",
+            ready.text()
         );
         assert_eq!(ready.json()["limits_store"]["state"], "down");
     }

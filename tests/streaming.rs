@@ -237,3 +237,190 @@ async fn a_finished_stream_is_logged_whole_and_its_connection_carries_the_next_r
         .iter()
         .any(|l| l["stream"] == false && l["status"] == 200));
 }
+
+/// A catalog with a chat model and a Responses model on one upstream, for edited streams.
+fn edits_catalog(upstream_url: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstreams:
+  - {{name: mock, url: "{upstream_url}", first_byte_timeout: 2s, idle_timeout: 5s}}
+models:
+  - {{id: chat-model, upstream: mock, capabilities: [streaming]}}
+  - {{id: agent, upstream: mock, endpoint_type: responses, capabilities: [streaming]}}
+keys:
+  - {{name: alpha, sha256: {alpha}}}
+"#,
+        alpha = key_hash(ALPHA),
+    )
+}
+
+/// An event-stream answer with these bytes as its body, framed by `Content-Length`, then
+/// the connection closes.
+fn sse_with_length(body: &[u8]) -> Reply {
+    let mut bytes = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    Reply::Raw(bytes)
+}
+
+/// An event-stream answer with these bytes as its body in one chunk, then its end.
+fn sse_chunked(body: &[u8]) -> Reply {
+    let mut bytes =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    bytes.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+    bytes.extend_from_slice(body);
+    bytes.extend_from_slice(b"\r\n0\r\n\r\n");
+    Reply::Raw(bytes)
+}
+
+/// Sends `body` to `path` and reads the answer whole: its head and, for a chunked body,
+/// the body and whether it ended with its last chunk (not a close).
+async fn post_raw(gw: &TestGateway, path: &str, body: &str) -> (Response, bool) {
+    let auth = format!("Bearer {ALPHA}");
+    let mut conn = Conn::open(gw.addr()).await;
+    conn.write(&request_bytes(
+        "POST",
+        path,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    ))
+    .await;
+    let (status, headers) = tokio::time::timeout(READ_LIMIT, conn.read_head(false))
+        .await
+        .expect("a head in time")
+        .expect("a head");
+    let mut body = Vec::new();
+    let ended = loop {
+        match tokio::time::timeout(READ_LIMIT, conn.read_chunk()).await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => break true,
+            Err(_) => break false,
+        }
+    };
+    (
+        Response {
+            status,
+            headers,
+            body,
+        },
+        ended,
+    )
+}
+
+const USAGE_CHUNK: &str = r#"{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#;
+const TEXT_CHUNK: &str = r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}"#;
+
+#[tokio::test]
+async fn a_stream_whose_usage_is_taken_out_never_keeps_the_upstreams_length() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&edits_catalog(&mock.url())).await;
+    let events = format!("data: {TEXT_CHUNK}\n\ndata: {USAGE_CHUNK}\n\ndata: [DONE]\n\n");
+    mock.push(sse_with_length(events.as_bytes()));
+    let (answer, ended) = post_raw(&gw, "/v1/chat/completions", STREAM_BODY).await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.header("content-length").is_none(),
+        "an edited body is not sent with the upstream's length: {:?}",
+        answer.headers
+    );
+    assert_eq!(answer.header("transfer-encoding"), Some("chunked"));
+    assert!(ended, "the body ends with its last chunk");
+    let text = answer.text();
+    assert!(
+        !text.contains("usage"),
+        "the injected usage is taken out: {text}"
+    );
+    assert!(
+        text.contains("\"hi\"") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    let lines = gw.log_lines(1).await;
+    assert_eq!(lines[0]["output_tokens"], 4, "the usage was still read");
+}
+
+#[tokio::test]
+async fn a_stream_whose_ids_are_rewritten_never_keeps_the_upstreams_length() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&edits_catalog(&mock.url())).await;
+    let events = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"status\":\"completed\"}}\n\n",
+    );
+    mock.push(sse_with_length(events.as_bytes()));
+    let body = r#"{"model":"agent","input":"hi","stream":true}"#;
+    let (answer, ended) = post_raw(&gw, "/v1/responses", body).await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.header("content-length").is_none(),
+        "{:?}",
+        answer.headers
+    );
+    assert!(ended, "the body ends with its last chunk");
+    let text = answer.text();
+    assert!(!text.contains("\"resp_1\""), "IDs are rewritten: {text}");
+    assert!(
+        text.contains("\"status\":\"completed\"}}\n\n"),
+        "nothing is cut off the longer body: {text}"
+    );
+}
+
+#[tokio::test]
+async fn events_ended_by_cr_or_mixed_line_ends_are_edited() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&edits_catalog(&mock.url())).await;
+    let events = format!("data: {TEXT_CHUNK}\r\rdata: {USAGE_CHUNK}\n\r\ndata: [DONE]\r\n\n");
+    mock.push(sse_chunked(events.as_bytes()));
+    let (answer, ended) = post_raw(&gw, "/v1/chat/completions", STREAM_BODY).await;
+    assert!(ended);
+    let text = answer.text();
+    assert!(
+        !text.contains("usage"),
+        "the usage-only event is found and dropped: {text:?}"
+    );
+    assert!(
+        text.starts_with(&format!("data: {TEXT_CHUNK}\r\r")),
+        "{text:?}"
+    );
+    assert!(text.ends_with("data: [DONE]\r\n\n"), "{text:?}");
+}
+
+#[tokio::test]
+async fn an_event_over_a_mebibyte_passes_the_rest_of_the_stream_unedited_and_is_counted() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&edits_catalog(&mock.url())).await;
+    let skipped = r#"sluice_stream_edits_skipped_total{upstream="mock"}"#;
+    let scrape = String::from_utf8(gw.gateway().metrics.render()).unwrap();
+    assert!(
+        scrape.contains(&format!("{skipped} 0")),
+        "the series exists from the first scrape"
+    );
+    let huge = "x".repeat(3 << 19);
+    let events = format!(
+        "data: {USAGE_CHUNK}\n\ndata: {{\"pad\":\"{huge}\"}}\n\ndata: {USAGE_CHUNK}\n\ndata: [DONE]\n\n"
+    );
+    mock.push(sse_chunked(events.as_bytes()));
+    let (answer, ended) = post_raw(&gw, "/v1/chat/completions", STREAM_BODY).await;
+    assert!(ended);
+    let text = answer.text();
+    assert!(
+        !text.starts_with("data: {\"id\""),
+        "events before the big one are still edited"
+    );
+    assert!(text.contains(&huge), "the big event passes whole");
+    assert!(
+        text.ends_with(&format!("data: {USAGE_CHUNK}\n\ndata: [DONE]\n\n")),
+        "after it, the stream passes unedited"
+    );
+    assert_eq!(gw.metric(skipped), 1.0);
+}

@@ -213,10 +213,8 @@ async fn replicas_with_one_secret_share_ids_and_a_rotation_keeps_the_old_ones_re
     assert_eq!(read.status, 200, "{}", read.text());
 
     // Rotated: new secret, the old one still accepted; new IDs made with the new one.
-    let rotating = format!(
-        "response_ids: {{secret_env: TEST_RESPONSE_ID_SECRET, previous_secret_env: TEST_RESPONSE_ID_PREVIOUS}}"
-    );
-    let during = TestGateway::start(&tenants(&mock.url(), &rotating)).await;
+    let rotating = "response_ids: {secret_env: TEST_RESPONSE_ID_SECRET, previous_secret_env: TEST_RESPONSE_ID_PREVIOUS}";
+    let during = TestGateway::start(&tenants(&mock.url(), rotating)).await;
     let read = call(&during, TEAM_ONE, "GET", &format!("/v1/responses/{id}"), "").await;
     assert_eq!(read.status, 200, "{}", read.text());
     let new_id = create(&during, TEAM_ONE, "agent").await;

@@ -44,6 +44,10 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.float("upstream_ms", record.upstream_ms);
     object.float("ttfb_ms", record.ttfb_ms);
     object.integer("bytes_out", record.bytes_out as u64);
+    if record.cut {
+        object.name("cut");
+        object.out.extend_from_slice(b"true");
+    }
     if let Some(code) = record.error_code {
         object.string("error_code", code);
     }
@@ -236,6 +240,7 @@ mod tests {
             upstream_ms: Some(0.001),
             ttfb_ms: Some(1e21),
             bytes_out: 1_048_576,
+            cut: true,
             error_code: Some("rate_limited"),
             error_message: Some("tab\there, cr\r, bs\u{8}, ff\u{c}, \"quoted\" \\ end".into()),
             retry_after_ms: Some(1500),

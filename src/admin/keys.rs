@@ -1,5 +1,8 @@
 //! `GET /keys` and `GET /keys/{name}` on the admin listener: each key's settings, whether it
-//! may be used now (and if not, why), and what the limiter knows of it on this replica.
+//! may be used now (and if not, why), and where its limits stand: as the limits store holds
+//! them for every replica when there is one (`limits_source: store`), else as this
+//! replica's limiter knows them (`this_replica`). A store that does not answer leaves the
+//! windows `null` (`store_unreachable`): a replica's own counts say nothing of the key.
 //!
 //! Built from the catalog's key settings and the limiter's read-only view, never from the
 //! hash map that holds the hashes: no hash, and nothing of a key, can appear in it.
@@ -7,13 +10,43 @@
 use crate::catalog::Key;
 use crate::clock::rfc3339;
 use crate::gateway::Gateway;
-use crate::limits::Window;
+use crate::limits::{RateStatus, StoredLimits, TokenStatus, Window};
 use serde_json::{json, Value};
 
+/// Where a key's windows come from.
+enum Source {
+    ThisReplica,
+    Store(StoredLimits),
+    StoreUnreachable,
+}
+
+/// The key's windows from the store, when there is one. After one call that failed, the
+/// rest are not tried (`reachable` turns false): a list must not wait a timeout per key.
+async fn source(gateway: &Gateway, key: &Key, reachable: &mut bool) -> Source {
+    let Some(store) = &gateway.admin_store else {
+        return Source::ThisReplica;
+    };
+    if !*reachable {
+        return Source::StoreUnreachable;
+    }
+    match store.limits(key).await {
+        Some(limits) => Source::Store(limits),
+        None => {
+            *reachable = false;
+            Source::StoreUnreachable
+        }
+    }
+}
+
 /// `GET /keys`: every key, in configuration order.
-pub(super) fn list(gateway: &Gateway) -> Value {
+pub(super) async fn list(gateway: &Gateway) -> Value {
     let catalog = gateway.catalog();
-    let keys: Vec<Value> = catalog.keys().iter().map(|k| view(gateway, k)).collect();
+    let mut reachable = true;
+    let mut keys = Vec::with_capacity(catalog.keys().len());
+    for key in catalog.keys() {
+        let source = source(gateway, key, &mut reachable).await;
+        keys.push(view(gateway, key, source));
+    }
     json!({
         "generation": catalog.generation,
         "now": rfc3339(gateway.wall_clock.unix_millis()),
@@ -22,17 +55,35 @@ pub(super) fn list(gateway: &Gateway) -> Value {
 }
 
 /// `GET /keys/{name}`: one key, or `None` when no key has that name.
-pub(super) fn one(gateway: &Gateway, name: &str) -> Option<Value> {
+pub(super) async fn one(gateway: &Gateway, name: &str) -> Option<Value> {
     let catalog = gateway.catalog();
-    catalog.key_named(name).map(|key| view(gateway, key))
+    let key = catalog.key_named(name)?;
+    let source = source(gateway, key, &mut true).await;
+    Some(view(gateway, key, source))
 }
 
 /// One key as the admin view shows it.
-fn view(gateway: &Gateway, key: &Key) -> Value {
+fn view(gateway: &Gateway, key: &Key, source: Source) -> Value {
     let now_ms = gateway.wall_clock.unix_millis();
+    let switch = gateway.key_switches.get(&key.name);
     let inactive = key.inactive(gateway.wall_clock.as_ref());
+    let inactive_reason = match (&inactive, &switch) {
+        (Some(why), _) => Some(why.name()),
+        (None, Some(_)) => Some("switched_off"),
+        (None, None) => None,
+    };
     let usage = gateway.limiter.usage(key);
-    let requests = usage.rate.map(|rate| {
+    let (source_name, rate, token_windows, in_flight) = match source {
+        Source::ThisReplica => (
+            "this_replica",
+            usage.rate,
+            gateway.limiter.token_windows(key),
+            Some(u64::from(usage.in_flight)),
+        ),
+        Source::Store(stored) => ("store", stored.rate, stored.tokens, Some(stored.in_flight)),
+        Source::StoreUnreachable => ("store_unreachable", None, Vec::new(), None),
+    };
+    let requests = rate.map(|rate: RateStatus| {
         let burst = key.burst.or(key.requests_per_minute).map_or(0, |b| b.get());
         json!({
             "limit_per_minute": rate.limit,
@@ -60,11 +111,13 @@ fn view(gateway: &Gateway, key: &Key) -> Value {
         "not_before": key.not_before_unix_ms.map(rfc3339),
         "expires_at": key.expires_at_unix_ms.map(rfc3339),
         "expires_in_seconds": key.expires_at_unix_ms.map(|at| (at - now_ms).div_euclid(1000)),
-        "active": inactive.is_none(),
-        "inactive_reason": inactive.map(|why| why.name()),
+        "active": inactive_reason.is_none(),
+        "inactive_reason": inactive_reason,
+        "switched_off": switch.map(|s| json!({"by": s.by, "at": rfc3339(s.at_unix_ms)})),
+        "limits_source": source_name,
         "requests": requests,
-        "tokens": tokens(gateway, key),
-        "in_flight": usage.in_flight,
+        "tokens": tokens(&token_windows),
+        "in_flight": in_flight,
         "last_used": last_used_ms.map(rfc3339),
         "last_used_seconds_ago": usage.since_last_request.map(|since| since.as_secs_f64()),
     })
@@ -72,8 +125,7 @@ fn view(gateway: &Gateway, key: &Key) -> Value {
 
 /// The key's token windows (`null` without token limits): each one's limit, what is used
 /// and left of it now, and the time until it is full again.
-fn tokens(gateway: &Gateway, key: &Key) -> Value {
-    let windows = gateway.limiter.token_windows(key);
+fn tokens(windows: &[TokenStatus]) -> Value {
     if windows.is_empty() {
         return Value::Null;
     }

@@ -32,6 +32,8 @@ pub(super) struct RawConfig {
     pub(super) limits_store: Option<RawLimitsStore>,
     pub(super) tracing: Option<RawTracing>,
     pub(super) response_ids: Option<RawResponseIds>,
+    pub(super) admin_token_env: Option<String>,
+    pub(super) admin_tokens: Option<Vec<serde_yaml::Value>>,
     #[serde(default)]
     pub(super) upstreams: Vec<serde_yaml::Value>,
     #[serde(default)]
@@ -67,6 +69,15 @@ pub(super) struct RawLimitsStore {
 pub(super) struct RawResponseIds {
     pub(super) secret_env: Option<String>,
     pub(super) previous_secret_env: Option<String>,
+}
+
+/// One entry of `admin_tokens` (validated in `admin.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdminToken {
+    pub(super) name: Option<String>,
+    pub(super) sha256: Option<String>,
+    pub(super) token_env: Option<String>,
 }
 
 #[derive(Deserialize)]

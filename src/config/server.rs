@@ -38,6 +38,11 @@ pub(super) struct Settings {
 }
 
 impl Settings {
+    /// `admin_listen`, if it parsed.
+    pub(super) fn admin_listen(&self) -> Option<SocketAddr> {
+        self.admin_listen
+    }
+
     /// The configuration: these settings and the validated lists. Only for a load that
     /// recorded no error.
     pub(super) fn into_config(
@@ -74,6 +79,7 @@ impl Settings {
             metric_labels,
             tracing: None,
             response_ids: None,
+            admin_tokens: Vec::new(),
             warnings,
             limits_store: None,
         }

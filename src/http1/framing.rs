@@ -60,11 +60,14 @@ pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
 /// How an answer's body is written, and how much of it is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writing {
-    /// Bytes left of a `Content-Length`; what comes past it is dropped.
+    /// Bytes left of a `Content-Length`; more is refused, never cut to fit.
     Length(u64),
     Chunked,
     /// Until the connection closes.
     UntilClose,
+    /// An answer that has no body whatever its fields say (to `HEAD`, a 204, a 304): what
+    /// is written is dropped.
+    Bodiless,
     /// Ended (or not begun).
     Done,
 }
@@ -74,7 +77,7 @@ impl Writing {
     /// when its `Transfer-Encoding` says so, its `Content-Length`, or the close.
     pub fn of(headers: &HeaderMap, bodiless: bool) -> Self {
         if bodiless {
-            return Writing::Length(0);
+            return Writing::Bodiless;
         }
         let chunked = headers
             .get(header::TRANSFER_ENCODING)
@@ -98,9 +101,15 @@ impl Writing {
     pub async fn write(&mut self, stream: &mut Stream, data: &[u8]) -> std::io::Result<()> {
         match self {
             Writing::Length(left) => {
-                let take = data.len().min(*left as usize);
-                stream.write_all(&data[..take]).await?;
-                *left -= take as u64;
+                if data.len() as u64 > *left {
+                    *self = Writing::Done;
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "more answer bytes than its Content-Length",
+                    ));
+                }
+                stream.write_all(data).await?;
+                *left -= data.len() as u64;
             }
             Writing::Chunked => {
                 stream.write_all(&chunk_size_line(data.len())).await?;
@@ -112,7 +121,7 @@ impl Writing {
                 stream.write_all(data).await?;
                 stream.flush().await?;
             }
-            Writing::Done => {}
+            Writing::Bodiless | Writing::Done => {}
         }
         Ok(())
     }
@@ -126,7 +135,7 @@ impl Writing {
                 false
             }
             Writing::Length(left) => left > 0,
-            Writing::UntilClose | Writing::Done => false,
+            Writing::UntilClose | Writing::Bodiless | Writing::Done => false,
         };
         *self = Writing::Done;
         Ok(short)
@@ -138,4 +147,33 @@ fn chunk_size_line(size: usize) -> Vec<u8> {
     let mut line = format!("{size:X}").into_bytes();
     line.extend_from_slice(b"\r\n");
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_length_is_refused_not_cut_to_fit() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (client, accepted) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let mut stream: Stream = Box::new(pingora::protocols::l4::stream::Stream::from(
+            client.unwrap(),
+        ));
+        let mut writing = Writing::Length(8);
+        writing.write(&mut stream, b"1234").await.unwrap();
+        let over = writing.write(&mut stream, b"56789").await;
+        assert!(over.is_err(), "5 bytes where 4 are left: an error");
+        assert_eq!(writing, Writing::Done, "nothing more is written");
+        stream.flush().await.unwrap();
+        drop(stream);
+        let mut got = Vec::new();
+        accepted.unwrap().0.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"1234", "none of the refused bytes went out");
+    }
 }

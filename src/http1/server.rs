@@ -309,6 +309,17 @@ impl Session {
         if data.is_empty() && !end {
             return Ok(());
         }
+        if let Writing::Length(left) = self.writing {
+            if data.len() as u64 > left {
+                // Never cut to fit: a body longer than its head said is the writer's bug.
+                self.writing = Writing::Done;
+                self.keepalive = false;
+                return Error::e_explain(
+                    ErrorType::InternalError,
+                    "an answer body longer than its Content-Length",
+                );
+            }
+        }
         let timeout = self.write_timeout;
         let writing = &mut self.writing;
         let stream = &mut self.reader.stream;
@@ -332,6 +343,14 @@ impl Session {
             );
         }
         Ok(())
+    }
+
+    /// Sends what was written of the answer so far, without ending its body (an answer
+    /// cut short: the connection is closed next).
+    pub async fn flush(&mut self) -> Result<()> {
+        let timeout = self.write_timeout;
+        let stream = &mut self.reader.stream;
+        write_bounded(timeout, stream.flush()).await
     }
 
     /// Writes an empty answer with `status` (the client transport turns it into the

@@ -181,6 +181,19 @@ impl Store {
         })
     }
 
+    /// Asks the store once, at start: one that does not answer is down from the first
+    /// scrape and the first request on (gauge, `/readyz`, `on_error`), and probed.
+    pub async fn check(self: &Arc<Self>) {
+        let ping = |mut c: Connection| async move {
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        };
+        if self.call(ping).await.is_some() {
+            log::info!(target: "sluice::limits", "limits store answers");
+        } else {
+            self.probe();
+        }
+    }
+
     /// Whether the store answered its last call.
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Acquire)

@@ -161,6 +161,7 @@ pub(super) fn log_request(
             .map(|_| millis(ctx.exchange.upstream_wait)),
         ttfb_ms: ctx.exchange.ttfb.map(millis),
         bytes_out: ctx.exchange.bytes_out,
+        cut: ctx.exchange.cut,
         error_code,
         error_message: ctx
             .error

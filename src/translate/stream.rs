@@ -3,10 +3,8 @@
 //! an Anthropic stream read from its bytes as they pass.
 
 use super::{event_data, ChatChunks, MessagesEvents, MessagesStreamUsage};
+use crate::http1::sse::EventReader;
 use crate::usage::Usage;
-
-/// Largest event held while looking for its end; past it the reader stops reading.
-const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// A stream being translated for its client.
 #[derive(Debug)]
@@ -42,9 +40,9 @@ impl StreamTranslation {
 /// The usage of an Anthropic event stream, from its bytes as they pass.
 #[derive(Debug, Default)]
 pub struct MessagesUsageReader {
-    pending: Vec<u8>,
+    events: EventReader,
     usage: MessagesStreamUsage,
-    /// An event grew past [`MAX_EVENT_BYTES`]: nothing more is read.
+    /// An event grew past what the reader holds: nothing more is read.
     gave_up: bool,
 }
 
@@ -53,20 +51,13 @@ impl MessagesUsageReader {
         if self.gave_up {
             return;
         }
-        // Only the unread tail can hold an event's end.
-        let mut from = self.pending.len().saturating_sub(3);
-        self.pending.extend_from_slice(bytes);
-        while let Some(end) = event_end(&self.pending[from..]).map(|e| from + e) {
-            if let Some(data) = event_data(&self.pending[..end]) {
-                self.usage.event(&data);
+        let usage = &mut self.usage;
+        let read = self.events.feed(bytes, |event| {
+            if let Some(data) = event_data(event) {
+                usage.event(&data);
             }
-            self.pending.drain(..end);
-            from = 0;
-        }
-        if self.pending.len() > MAX_EVENT_BYTES {
-            self.gave_up = true;
-            self.pending = Vec::new();
-        }
+        });
+        self.gave_up = read.is_err();
     }
 
     pub fn usage(&self) -> Option<Usage> {
@@ -74,51 +65,9 @@ impl MessagesUsageReader {
     }
 }
 
-/// Where the first event of `bytes` ends (after its blank line), for any line ending.
-pub fn event_end(bytes: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    let mut line_start = true;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\n' | b'\r' => {
-                let ending = if bytes[i] == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
-                    2
-                } else {
-                    1
-                };
-                if line_start && i > 0 {
-                    return Some(i + ending);
-                }
-                line_start = true;
-                i += ending;
-            }
-            _ => {
-                line_start = false;
-                i += 1;
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn events_end_at_their_blank_line_with_any_line_ending() {
-        let table: [(&[u8], Option<usize>); 6] = [
-            (b"data: a\n\nrest", Some(9)),
-            (b"data: a\r\n\r\nrest", Some(11)),
-            (b"data: a\r\rrest", Some(9)),
-            (b"data: a\n", None),
-            (b"data: a\r\n", None),
-            (b"event: x\ndata: a\n\n", Some(18)),
-        ];
-        for (bytes, end) in table {
-            assert_eq!(event_end(bytes), end, "{}", String::from_utf8_lossy(bytes));
-        }
-    }
 
     #[test]
     fn usage_is_read_from_bytes_cut_anywhere() {

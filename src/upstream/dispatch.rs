@@ -4,8 +4,9 @@
 //! fallback model may take it).
 
 use super::body::RequestBody;
+use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
-use super::exchange::{exchange, Call, Exchange, Outgoing};
+use super::exchange::exchange;
 use super::request::{request_header, upstream_target};
 use super::translated::AnswerTranslation;
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
@@ -360,6 +361,10 @@ fn unserved(outcome: Outcome) -> RequestError {
 /// Counts a gateway-made upstream error in `sluice_upstream_errors_total`.
 fn count_error(metrics: &Metrics, upstream: &Upstream, outcome: &Outcome) {
     if let Outcome::Failed { error, .. } | Outcome::Cut { error, .. } = outcome {
+        if *error == RequestError::Internal {
+            // Ours (an answer its writer refused), not the upstream's.
+            return;
+        }
         metrics
             .upstream_errors
             .with_label_values(&[&upstream.name, error.code()])

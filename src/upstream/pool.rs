@@ -8,15 +8,17 @@
 //! list; one taken is checked with a single read poll (`exchange::still_open`), which also
 //! finds the ones the upstream closed while they were idle. The list is bounded: past
 //! [`IDLE_CONNECTIONS`], the least recently used is closed, and one idle longer than its
-//! peer's idle timeout is closed when the pool next sees it.
+//! peer's idle timeout is closed then, by a sweeper task that runs on the pool's event loop
+//! while the pool holds connections (a gateway that goes quiet keeps none open).
 
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::Result;
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, Weak};
+// Tokio's, so that a test's paused clock moves idle times too.
+use tokio::time::Instant;
 
 /// Idle connections a pool keeps, all upstreams together.
 pub const IDLE_CONNECTIONS: usize = 128;
@@ -48,8 +50,15 @@ impl std::ops::Deref for PoolPeer {
 /// Keep-alive connections to every upstream, least recently used first.
 pub struct Pool {
     connector: TransportConnector,
-    idle: Mutex<VecDeque<Idle>>,
+    idle: Arc<Mutex<Shelf>>,
     capacity: usize,
+}
+
+/// The idle connections, and whether a sweeper watches them.
+#[derive(Default)]
+struct Shelf {
+    connections: VecDeque<Idle>,
+    sweeping: bool,
 }
 
 /// A connection waiting for its next request.
@@ -72,17 +81,25 @@ impl Pool {
     pub fn new(capacity: usize) -> Self {
         Pool {
             connector: connector(),
-            idle: Mutex::new(VecDeque::with_capacity(capacity)),
+            idle: Arc::new(Mutex::new(Shelf {
+                connections: VecDeque::with_capacity(capacity),
+                sweeping: false,
+            })),
             capacity,
         }
+    }
+
+    fn shelf(&self) -> std::sync::MutexGuard<'_, Shelf> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The most recently used idle connection to `peer`, if one has not expired.
     pub fn take(&self, peer: &PoolPeer) -> Option<Stream> {
         let hash = peer.key;
         let now = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        drop_expired(&mut idle, now);
+        let mut shelf = self.shelf();
+        let idle = &mut shelf.connections;
+        drop_expired(idle, now);
         loop {
             let at = idle.iter().rposition(|c| c.peer == hash)?;
             let found = idle.remove(at)?;
@@ -99,9 +116,10 @@ impl Pool {
         }
         let now = Instant::now();
         let expires = peer.idle_timeout().map(|t| now + t);
-        let oldest = {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            drop_expired(&mut idle, now);
+        let (oldest, sweep) = {
+            let mut shelf = self.shelf();
+            let idle = &mut shelf.connections;
+            drop_expired(idle, now);
             let oldest = (idle.len() >= self.capacity)
                 .then(|| idle.pop_front())
                 .flatten();
@@ -110,10 +128,18 @@ impl Pool {
                 stream,
                 expires,
             });
-            oldest
+            // One sweeper per pool, on the event loop that uses it; none outside a runtime.
+            let sweep = expires.is_some()
+                && !shelf.sweeping
+                && tokio::runtime::Handle::try_current().is_ok();
+            shelf.sweeping |= sweep;
+            (oldest, sweep)
         };
         // Closed outside the lock.
         drop(oldest);
+        if sweep {
+            tokio::spawn(sweep_expired(Arc::downgrade(&self.idle)));
+        }
     }
 
     /// A new connection to `peer`.
@@ -123,7 +149,7 @@ impl Pool {
 
     /// Idle connections held now.
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.shelf().connections.len()
     }
 }
 
@@ -131,6 +157,42 @@ impl Pool {
 /// pool stays empty, only `new_stream` is used.
 pub fn connector() -> TransportConnector {
     TransportConnector::new(Some(ConnectorOptions::new(0)))
+}
+
+/// Closes idle connections as their idle time runs out, while the pool has any that
+/// expire and the pool itself lives.
+async fn sweep_expired(shelf: Weak<Mutex<Shelf>>) {
+    loop {
+        let next = {
+            let Some(shelf) = shelf.upgrade() else {
+                return;
+            };
+            let mut shelf = shelf.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            // Taken out under the lock, closed outside it.
+            let mut expired = Vec::new();
+            let mut kept = VecDeque::with_capacity(shelf.connections.len());
+            for idle in shelf.connections.drain(..) {
+                if idle.expires.is_some_and(|at| at <= now) {
+                    expired.push(idle);
+                } else {
+                    kept.push_back(idle);
+                }
+            }
+            shelf.connections = kept;
+            let next = shelf.connections.iter().filter_map(|c| c.expires).min();
+            if next.is_none() {
+                shelf.sweeping = false;
+            }
+            drop(shelf);
+            drop(expired);
+            next
+        };
+        let Some(next) = next else {
+            return;
+        };
+        tokio::time::sleep_until(next).await;
+    }
 }
 
 /// Closes the connections at the front of the list whose idle time is over. The list is in
@@ -208,6 +270,40 @@ pub(super) mod tests {
         pool.give_back(&expired, stream);
         assert!(pool.take(&expired).is_none());
         assert_eq!(pool.idle_count(), 0, "closed, not kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_when_its_idle_time_is_over_without_another_use() {
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let idle = Duration::from_secs(60);
+        let peer = peer(&a, Some(idle));
+        let pool = Pool::new(4);
+        let (early, mut early_server) = stream(&a).await;
+        pool.give_back(&peer, early);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (late, mut late_server) = stream(&a).await;
+        pool.give_back(&peer, late);
+        // Nothing uses the pool from here on; the clock moves only as timers wait.
+        async fn closed(server: &mut TcpStream) -> Option<usize> {
+            let mut byte = [0u8; 1];
+            let read = tokio::io::AsyncReadExt::read(server, &mut byte);
+            tokio::time::timeout(Duration::from_secs(600), read)
+                .await
+                .ok()?
+                .ok()
+        }
+        assert_eq!(
+            closed(&mut early_server).await,
+            Some(0),
+            "the upstream sees the close once the idle time is over"
+        );
+        assert_eq!(
+            pool.idle_count(),
+            1,
+            "the later one is kept until its own time"
+        );
+        assert_eq!(closed(&mut late_server).await, Some(0));
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test]

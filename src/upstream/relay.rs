@@ -4,23 +4,28 @@
 //! error answer's first bytes for the log, reading the usage, rewriting stored-response IDs
 //! or taking out a usage the client did not ask for, event by event).
 
+use super::call::{bounded, Call, Exchange};
 use super::error_record::KEPT_BODY_BYTES;
-use super::exchange::{bounded, Call, Exchange};
 use super::http1::Http1;
 use super::verdict::{AfterCut, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::http1::server::Session;
+use crate::http1::sse::{EventReader, EventTail, TooLong};
 use crate::respond::stream_error_event_in;
 use crate::response_id::IdRewrite;
 use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora::Error;
+use pingora::{Error, ErrorType};
 use std::time::Instant;
 
 /// Largest JSON answer read whole to rewrite its IDs.
-const MAX_REWRITTEN_BYTES: usize = 64 << 20;
+pub(super) const MAX_REWRITTEN_BYTES: usize = 64 << 20;
+/// How much of an answer with a declared length is read before its head goes out: what the
+/// client transport holds before it sends anyway (`transport.rs`), so holding it costs no
+/// latency, and an upstream that cuts such an answer leaves nothing sent.
+pub(super) const HELD_BYTES: usize = 64 << 10;
 
 /// What happens to an answer's bytes on their way to the client.
 pub(super) struct Passing {
@@ -30,10 +35,15 @@ pub(super) struct Passing {
     pub reading: Option<Reading>,
     /// What is done to each whole event of a stream.
     pub edit: Option<Edit>,
-    /// Bytes of an event not yet whole (when editing).
-    pub pending: Vec<u8>,
+    /// The stream's events, cut out as they arrive (when editing).
+    pub events: EventReader,
+    /// An event grew past the bound of what is held: the rest of the stream passed
+    /// unedited (`sluice_stream_edits_skipped_total`).
+    pub edits_skipped: bool,
     /// A successful answer's first bytes, for the model it names (traces only).
     pub head: Option<Vec<u8>>,
+    /// A translated stream had an event past the bound of what is held: it is cut.
+    pub untranslatable: bool,
 }
 
 /// A change made to every event of a stream.
@@ -84,7 +94,7 @@ impl Reading {
 impl Passing {
     /// The bytes to send for a chunk read, if any yet: whole edited events when events are
     /// edited, the chunk itself otherwise.
-    fn pass(&mut self, chunk: Bytes) -> Option<Bytes> {
+    pub(super) fn pass(&mut self, chunk: Bytes) -> Option<Bytes> {
         if chunk.is_empty() {
             return None;
         }
@@ -102,19 +112,26 @@ impl Passing {
         let Some(edit) = &mut self.edit else {
             return Some(chunk);
         };
-        self.pending.extend_from_slice(&chunk);
         let mut out = Vec::new();
-        while let Some(end) = event_end(&self.pending) {
-            let event: Vec<u8> = self.pending.drain(..end).collect();
-            match edit {
-                Edit::Rewrite(rewrite) => out.extend_from_slice(&rewrite.event(&event)),
-                Edit::StripUsage => match strip_event(&event) {
-                    Stripped::Unchanged => out.extend_from_slice(&event),
-                    Stripped::Edited(edited) => out.extend_from_slice(&edited),
-                    Stripped::Dropped => {}
-                },
-                Edit::Translate(translation) => out.extend_from_slice(&translation.event(&event)),
-            }
+        let read = self.events.feed(&chunk, |event| match edit {
+            Edit::Rewrite(rewrite) => out.extend_from_slice(&rewrite.event(event)),
+            Edit::StripUsage => match strip_event(event) {
+                Stripped::Unchanged => out.extend_from_slice(event),
+                Stripped::Edited(edited) => out.extend_from_slice(&edited),
+                Stripped::Dropped => {}
+            },
+            Edit::Translate(translation) => out.extend_from_slice(&translation.event(event)),
+        });
+        if let (Err(TooLong(_)), Some(Edit::Translate(_))) = (&read, &self.edit) {
+            // An event too large to translate: the stream cannot go on in the client's
+            // API (`relay_body` cuts it).
+            self.edit = None;
+            self.untranslatable = true;
+        } else if let Err(TooLong(held)) = read {
+            // One event past the bound: it and the rest of the stream pass as they come.
+            self.edit = None;
+            self.edits_skipped = true;
+            out.extend_from_slice(&held);
         }
         (!out.is_empty()).then(|| Bytes::from(out))
     }
@@ -144,40 +161,61 @@ pub(super) fn model_named(head: &[u8]) -> Option<String> {
     (!name.is_empty()).then(|| name.to_owned())
 }
 
-/// Where the first whole SSE event of `bytes` ends (after its blank line).
-fn event_end(bytes: &[u8]) -> Option<usize> {
-    let find = |needle: &[u8]| memchr::memmem::find(bytes, needle).map(|at| at + needle.len());
-    [find(b"\n\n"), find(b"\r\n\r\n")]
-        .into_iter()
-        .flatten()
-        .min()
+/// An answer body read before anything of it went out.
+pub(super) enum Held {
+    /// All of it.
+    Whole(Bytes),
+    /// Its first bytes, past the bound: the rest is relayed as it comes.
+    Start(Bytes),
 }
 
-/// Reads a whole answer body before anything of it goes out (to rewrite it), within the
-/// idle and total deadlines and a size bound. Nothing reached the client yet, so a failure
-/// is an ordinary error answer.
-pub(super) async fn read_whole(
+/// Reads an answer body before anything of it goes out, within the idle and total
+/// deadlines, until its end or until more than `limit` bytes came. Nothing reached the
+/// client yet, so a failure is an ordinary error answer: an upstream that breaks off its
+/// body (closes or resets inside it, or frames it badly) answered garbage, a 502
+/// `upstream_protocol_error`.
+pub(super) async fn read_held(
     session: &mut Session,
     connection: &mut Http1,
-    upstream: &Upstream,
+    call: &Call<'_>,
     deadline: Option<Instant>,
     measured: &mut Exchange,
-) -> Result<Vec<u8>, Outcome> {
+    limit: usize,
+) -> Result<Held, Outcome> {
+    let upstream = call.upstream;
     let failed = |error| Outcome::Failed {
         error,
         reached: Reached::Maybe,
     };
-    let mut body = Vec::new();
+    // Most answers come in one piece: it is kept as it is, not copied.
+    let mut first = Bytes::new();
+    let mut more = Vec::new();
     loop {
-        match next_chunk(session, connection, upstream, deadline, measured).await? {
-            Next::Chunk(chunk) => body.extend_from_slice(&chunk),
-            Next::End => return Ok(body),
-            Next::Failed(_) => return Err(failed(RequestError::UpstreamClosed)),
+        let chunk = match next_chunk(session, connection, upstream, deadline, measured).await? {
+            Next::Chunk(chunk) => chunk,
+            Next::End if more.is_empty() => return Ok(Held::Whole(first)),
+            Next::End => return Ok(Held::Whole(Bytes::from(more))),
+            Next::Failed(e) => {
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream cut its answer before it was sent");
+                return Err(failed(RequestError::UpstreamProtocolError));
+            }
             Next::Stalled => return Err(failed(RequestError::UpstreamTimeout)),
+        };
+        if first.is_empty() && more.is_empty() {
+            first = chunk;
+        } else {
+            if more.is_empty() {
+                more.extend_from_slice(&first);
+            }
+            more.extend_from_slice(&chunk);
         }
-        if body.len() > MAX_REWRITTEN_BYTES {
-            connection.shutdown().await;
-            return Err(failed(RequestError::UpstreamProtocolError));
+        if first.len().max(more.len()) > limit {
+            let start = if more.is_empty() {
+                first
+            } else {
+                Bytes::from(more)
+            };
+            return Ok(Held::Start(start));
         }
     }
 }
@@ -245,16 +283,15 @@ pub(super) async fn relay_body(
                 let Some(Edit::Translate(mut translation)) = passing.edit.take() else {
                     return Ok(());
                 };
-                let mut end = translation.event(&std::mem::take(&mut passing.pending));
+                let mut end = translation.event(&passing.events.take_rest());
                 match translation.finish() {
                     Some(tail_bytes) => end.extend_from_slice(&tail_bytes),
                     None => {
                         if !end.is_empty() {
                             tail.remember(&end);
                             measured.bytes_out += end.len();
-                            if let Err(e) =
-                                session.write_response_body(Bytes::from(end), false).await
-                            {
+                            let written = session.write_response_body(Bytes::from(end), false);
+                            if let Err(e) = written.await {
                                 return Err(Outcome::ClientGone(e));
                             }
                         }
@@ -265,11 +302,11 @@ pub(super) async fn relay_body(
                 }
                 (!end.is_empty()).then(|| Bytes::from(end))
             }
-            Next::End if !passing.pending.is_empty() => {
+            Next::End if !passing.events.is_empty() => {
                 // What is left of an edited stream goes out as it is; the next read ends
                 // the stream, judged as any other (cut if it stopped inside an event).
                 passing.edit = None;
-                Some(Bytes::from(std::mem::take(&mut passing.pending)))
+                Some(Bytes::from(passing.events.take_rest()))
             }
             // An event stream that stops inside an event was cut, whatever its framing said.
             Next::End if measured.event_stream && !tail.at_event_end() => {
@@ -288,38 +325,28 @@ pub(super) async fn relay_body(
                 return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
         };
+        if passing.untranslatable {
+            log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "an event of a translated stream passed the bound of what is held");
+            let error = RequestError::UpstreamProtocolError;
+            return Err(end_cut_stream(session, call, measured, error, tail).await);
+        }
         let Some(chunk) = sent else {
             continue;
         };
         tail.remember(&chunk);
         measured.bytes_out += chunk.len();
         if let Err(e) = session.write_response_body(chunk, false).await {
+            if matches!(e.etype(), ErrorType::InternalError) {
+                // The answer's writer refused the bytes (more than its head declared): ours.
+                log::error!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "answer body refused by its writer");
+                measured.cut = true;
+                return Err(Outcome::Cut {
+                    error: RequestError::Internal,
+                    then: AfterCut::Close,
+                });
+            }
             return Err(Outcome::ClientGone(e));
         }
-    }
-}
-
-/// The last bytes relayed of a body, to tell whether an event stream stopped between events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EventTail([u8; 3]);
-
-impl Default for EventTail {
-    /// Nothing relayed yet counts as between events.
-    fn default() -> Self {
-        EventTail(*b"\n\n\n")
-    }
-}
-
-impl EventTail {
-    fn remember(&mut self, chunk: &[u8]) {
-        for &byte in chunk.iter().rev().take(3).rev() {
-            self.0 = [self.0[1], self.0[2], byte];
-        }
-    }
-
-    /// Whether the last line relayed was empty, which ends an event (LF, CR or CRLF lines).
-    fn at_event_end(&self) -> bool {
-        self.0.ends_with(b"\n\n") || self.0.ends_with(b"\r\r") || self.0 == *b"\n\r\n"
     }
 }
 
@@ -332,7 +359,12 @@ async fn end_cut_stream(
     error: RequestError,
     tail: EventTail,
 ) -> Outcome {
+    measured.cut = true;
     if !measured.event_stream {
+        // Only a cut is left to tell it: what was written goes out, then the connection
+        // closes without the body's end (its length short, or no last chunk).
+        session.disable_keepalive();
+        let _ = session.flush().await;
         return Outcome::Cut {
             error,
             then: AfterCut::Close,
@@ -360,7 +392,6 @@ async fn end_cut_stream(
 #[cfg(test)]
 mod tests {
     use super::model_named;
-    use super::EventTail;
 
     #[test]
     fn the_model_an_answer_names_is_found_in_its_first_bytes() {
@@ -375,42 +406,5 @@ mod tests {
         );
         assert_eq!(model_named(br#"{"model":3}"#), None);
         assert_eq!(model_named(br#"{"content":"the \"model\": \"x\""}"#), None);
-    }
-
-    fn tail_of(chunks: &[&[u8]]) -> EventTail {
-        let mut tail = EventTail::default();
-        for chunk in chunks {
-            tail.remember(chunk);
-        }
-        tail
-    }
-
-    #[test]
-    fn events_are_cut_at_their_blank_line() {
-        assert_eq!(super::event_end(b"data: a\n\ndata: b"), Some(9));
-        assert_eq!(super::event_end(b"data: a\r\n\r\n"), Some(11));
-        assert_eq!(super::event_end(b"data: a\n"), None);
-    }
-
-    #[test]
-    fn an_event_stream_ends_cleanly_only_after_a_blank_line() {
-        assert!(tail_of(&[]).at_event_end(), "an empty body");
-        assert!(tail_of(&[b"data: a\n\n"]).at_event_end());
-        assert!(tail_of(&[b"data: a\r\n\r\n"]).at_event_end(), "CRLF lines");
-        assert!(tail_of(&[b"data: a\r\r"]).at_event_end(), "CR lines");
-        assert!(
-            tail_of(&[b"data: a\n", b"\n"]).at_event_end(),
-            "across chunks"
-        );
-        assert!(tail_of(&[b"data: a\r\n\r", b"\n"]).at_event_end());
-        assert!(
-            !tail_of(&[b"data: a\n\ndata: {\"ch"]).at_event_end(),
-            "inside an event"
-        );
-        assert!(
-            !tail_of(&[b"data: a\n"]).at_event_end(),
-            "a line but no blank line"
-        );
-        assert!(!tail_of(&[b"data: a\r\n"]).at_event_end());
     }
 }

@@ -145,8 +145,9 @@ fn failure(outcome: &Outcome) -> Option<RetryOn> {
 /// What an attempt's outcome does to the upstream's health, and what happens next.
 ///
 /// Only signs that the upstream itself is unwell count as failures toward ejection: no
-/// connection, no answer in time, an answer that is not HTTP, a 502/503/504. One tenant's
-/// request that makes a backend answer 500, or stall or break after its answer started,
+/// connection, no answer in time, an answer that is not HTTP (a body broken off before its
+/// end included, whether or not part of it reached the client), a 502/503/504. One
+/// tenant's request that makes a backend answer 500, or stall after its answer started,
 /// must not take the upstream out for everyone: those count in metrics only.
 pub fn verdict(outcome: &Outcome, retry_on: &[RetryOn], onward: Onward) -> (HealthEffect, Next) {
     let effect = match outcome {
@@ -178,6 +179,11 @@ pub fn verdict(outcome: &Outcome, retry_on: &[RetryOn], onward: Onward) -> (Heal
                 HealthEffect::Unchanged
             }
         }
+        // The upstream broke off an answer it had started: like any answer that is not HTTP.
+        Outcome::Cut {
+            error: RequestError::UpstreamClosed | RequestError::UpstreamProtocolError,
+            ..
+        } => HealthEffect::Failure,
         Outcome::Cut { .. } | Outcome::ClientGone(_) => HealthEffect::Unchanged,
     };
     let next = match failure(outcome) {

@@ -1,16 +1,18 @@
 //! [`EventUsage`]: the `data:` lines of an event stream fed to a [`JsonScan`], the last
 //! non-null `usage` kept; [`strip_event`]: what an injected
-//! `stream_options.include_usage` added to an event, taken out again.
+//! `stream_options.include_usage` added to an event, taken out again. Lines and events are
+//! found by the gateway's one SSE reader (`http1/sse.rs`).
 
 use super::{JsonScan, Usage};
+use crate::http1::sse::{data_values, Line, Lines};
 use crate::json_object::Object;
 
 /// Where a line of an event stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Line {
+enum Field {
     Start,
     /// Reading a field name: bytes of `data` matched so far.
-    Field(usize),
+    Name(usize),
     /// After `data:`, before its optional space.
     DataStart,
     Data,
@@ -21,8 +23,8 @@ enum Line {
 /// The last non-null `usage` of an event stream, read as the stream passes.
 #[derive(Debug)]
 pub struct EventUsage {
-    line: Line,
-    after_cr: bool,
+    line: Field,
+    lines: Lines,
     data_lines: usize,
     json: JsonScan,
     last: Option<Usage>,
@@ -31,8 +33,8 @@ pub struct EventUsage {
 impl Default for EventUsage {
     fn default() -> Self {
         EventUsage {
-            line: Line::Start,
-            after_cr: false,
+            line: Field::Start,
+            lines: Lines::default(),
             data_lines: 0,
             json: JsonScan::copying(),
             last: None,
@@ -43,44 +45,53 @@ impl Default for EventUsage {
 impl EventUsage {
     /// Follows the next bytes of the stream.
     pub fn feed(&mut self, bytes: &[u8]) {
+        let mut at = 0;
+        loop {
+            match self.lines.next(bytes, at) {
+                Line::Ended {
+                    start,
+                    text_end,
+                    next,
+                } => {
+                    self.text(&bytes[start..text_end]);
+                    self.line_end();
+                    at = next;
+                }
+                Line::Open { start } => {
+                    self.text(&bytes[start..]);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Follows text of the current line (no line end in it).
+    fn text(&mut self, bytes: &[u8]) {
         let mut i = 0;
         while i < bytes.len() {
             let byte = bytes[i];
-            if std::mem::take(&mut self.after_cr) && byte == b'\n' {
-                i += 1;
-                continue;
-            }
-            if byte == b'\n' || byte == b'\r' {
-                self.after_cr = byte == b'\r';
-                self.line_end();
-                i += 1;
-                continue;
-            }
             match self.line {
-                Line::Start if byte == b'd' => self.line = Line::Field(1),
-                Line::Start => self.line = Line::Skip,
-                Line::Field(4) if byte == b':' => self.line = Line::DataStart,
-                Line::Field(n) if n < 4 && byte == b"data"[n] => self.line = Line::Field(n + 1),
-                Line::Field(_) => self.line = Line::Skip,
-                Line::DataStart | Line::Data => {
-                    if self.line == Line::DataStart {
+                Field::Start if byte == b'd' => self.line = Field::Name(1),
+                Field::Start => self.line = Field::Skip,
+                Field::Name(4) if byte == b':' => self.line = Field::DataStart,
+                Field::Name(n) if n < 4 && byte == b"data"[n] => self.line = Field::Name(n + 1),
+                Field::Name(_) => self.line = Field::Skip,
+                Field::DataStart | Field::Data => {
+                    if self.line == Field::DataStart {
                         if self.data_lines > 0 {
                             // Lines of one event's data are joined by a line feed.
                             self.json.feed(b"\n");
                         }
-                        self.line = Line::Data;
+                        self.line = Field::Data;
                         if byte == b' ' {
                             i += 1;
                             continue;
                         }
                     }
-                    let end =
-                        memchr::memchr2(b'\n', b'\r', &bytes[i..]).map_or(bytes.len(), |e| i + e);
-                    self.json.feed(&bytes[i..end]);
-                    i = end;
-                    continue;
+                    self.json.feed(&bytes[i..]);
+                    return;
                 }
-                Line::Skip => {}
+                Field::Skip => return,
             }
             i += 1;
         }
@@ -93,11 +104,11 @@ impl EventUsage {
 
     fn line_end(&mut self) {
         match self.line {
-            Line::Start => self.event_end(),
-            Line::DataStart | Line::Data => self.data_lines += 1,
+            Field::Start => self.event_end(),
+            Field::DataStart | Field::Data => self.data_lines += 1,
             _ => {}
         }
-        self.line = Line::Start;
+        self.line = Field::Start;
     }
 
     fn event_end(&mut self) {
@@ -127,20 +138,10 @@ pub enum Stripped {
 /// object, and drops the event when what is left has no choices. Anything else (comments,
 /// `[DONE]`, data over several lines) passes unchanged.
 pub fn strip_event(event: &[u8]) -> Stripped {
-    let mut data = None;
-    let mut at = 0;
-    for line in event.split_inclusive(|&b| b == b'\n') {
-        let text = line.strip_suffix(b"\n").unwrap_or(line);
-        let text = text.strip_suffix(b"\r").unwrap_or(text);
-        if let Some(rest) = text.strip_prefix(b"data:") {
-            if data.is_some() {
-                return Stripped::Unchanged;
-            }
-            let skip = usize::from(rest.first() == Some(&b' '));
-            let start = at + 5 + skip;
-            data = Some(start..at + text.len());
-        }
-        at += line.len();
+    let mut values = data_values(event);
+    let data = values.next();
+    if values.next().is_some() {
+        return Stripped::Unchanged;
     }
     let Some(data) = data else {
         return Stripped::Unchanged;

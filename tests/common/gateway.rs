@@ -7,7 +7,7 @@ use sluice::clock::{Clock, SystemWallClock, WallClock};
 use sluice::gateway::Gateway;
 use sluice::reload::Reloader;
 use sluice::secret::KeyHash;
-use sluice::server::{start, Running};
+use sluice::server::{start, start_on, EventLoops, Running};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -253,19 +253,33 @@ impl TestGateway {
     /// With the limiter on a [`ManualClock`] the test moves (`self.clock`).
     pub async fn start(yaml: &str) -> TestGateway {
         let clock = Arc::new(ManualClock::default());
-        Self::launch(yaml, clock.clone(), clock).await
+        Self::launch(yaml, clock.clone(), clock, EventLoops::Caller).await
+    }
+
+    /// With its client connections served on `loops` (worker threads of their own, as
+    /// in the binary, for `EventLoops::PerCore`).
+    pub async fn start_on(yaml: &str, loops: EventLoops) -> TestGateway {
+        let clock = Arc::new(ManualClock::default());
+        Self::launch(yaml, clock.clone(), clock, loops).await
     }
 
     /// With the limiter on `limiter_clock` (a real one for clients that sleep, like the
     /// SDKs); `self.clock` then moves nothing.
     pub async fn start_with_clock(yaml: &str, limiter_clock: Arc<dyn Clock>) -> TestGateway {
-        Self::launch(yaml, limiter_clock, Arc::new(ManualClock::default())).await
+        Self::launch(
+            yaml,
+            limiter_clock,
+            Arc::new(ManualClock::default()),
+            EventLoops::Caller,
+        )
+        .await
     }
 
     async fn launch(
         yaml: &str,
         limiter_clock: Arc<dyn Clock>,
         clock: Arc<ManualClock>,
+        loops: EventLoops,
     ) -> TestGateway {
         let config = sluice::config::parse("test.yaml", yaml, None, &test_env)
             .unwrap_or_else(|e| panic!("test config is valid:\n{e}"));
@@ -282,7 +296,9 @@ impl TestGateway {
             .with_tracing(config.tracing.as_ref())
             .expect("the tracer starts"),
         );
-        let running = start(&config, gateway).await.expect("gateway starts");
+        let running = start_on(&config, gateway, loops)
+            .await
+            .expect("gateway starts");
         TestGateway {
             running,
             log,

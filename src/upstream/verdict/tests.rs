@@ -259,3 +259,25 @@ fn a_failed_send_on_a_pooled_connection_goes_again_fresh() {
         EarlyFailure::Failed(RequestError::UpstreamTimeout)
     );
 }
+
+#[test]
+fn an_answer_broken_off_counts_toward_ejection_a_stalled_one_does_not() {
+    for (error, effect) in [
+        (RequestError::UpstreamClosed, HealthEffect::Failure),
+        (RequestError::UpstreamProtocolError, HealthEffect::Failure),
+        (RequestError::UpstreamTimeout, HealthEffect::Unchanged),
+        (RequestError::Internal, HealthEffect::Unchanged),
+    ] {
+        for then in [AfterCut::Close, AfterCut::KeepAlive] {
+            let outcome = Outcome::Cut {
+                error: error.clone(),
+                then,
+            };
+            assert_eq!(
+                verdict(&outcome, &DEFAULT, ELSEWHERE),
+                (effect, Next::Return),
+                "{error:?}: never sent again once the answer started"
+            );
+        }
+    }
+}
