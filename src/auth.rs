@@ -103,7 +103,12 @@ mod tests {
 
     #[test]
     fn a_key_may_come_in_either_header_but_not_two_different_ones() {
-        let table: [(Option<&[u8]>, Option<&[u8]>, Result<&[u8], RequestError>); 6] = [
+        type Case<'a> = (
+            Option<&'a [u8]>,
+            Option<&'a [u8]>,
+            Result<&'a [u8], RequestError>,
+        );
+        let table: [Case; 6] = [
             (Some(b"Bearer k1"), None, Ok(b"k1")),
             (None, Some(b"k1"), Ok(b"k1")),
             (Some(b"Bearer k1"), Some(b"k1"), Ok(b"k1")),

@@ -83,7 +83,8 @@ async fn the_gateways_errors_on_the_messages_routes_are_in_anthropics_envelope()
     let body = r#"{"model":"claude","max_tokens":8,"messages":[{"role":"user","content":"x"}]}"#;
     // (headers, status, Anthropic error type)
     let both = format!("Bearer {BETA}");
-    let cases: [(Vec<(&str, &str)>, u16, &str); 4] = [
+    type Case<'a> = (Vec<(&'a str, &'a str)>, u16, &'a str);
+    let cases: [Case; 4] = [
         (vec![], 401, "authentication_error"),
         (
             vec![("x-api-key", ALPHA), ("authorization", &both)],
