@@ -60,6 +60,10 @@ pub struct AccessRecord<'a> {
     pub upstream_error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_request_id: Option<&'a str>,
+    /// The request was still running at the end of `shutdown_grace` and was ended there:
+    /// written (`true`) only then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut_by_shutdown: bool,
     /// The tokens the answer reported, and those reserved for a key with token limits.
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,

@@ -21,6 +21,7 @@ mod response_ids;
 mod retry_on;
 mod server;
 mod store;
+mod syntax;
 mod tracing;
 mod upstream;
 mod values;
@@ -158,6 +159,9 @@ pub struct LimitsStoreConfig {
     /// How long a concurrency lease lives without a refresh (a dead replica's leases are
     /// gone after it).
     pub lease_lifetime: Duration,
+    /// What every Redis key of the store starts with (`namespace`, default the
+    /// configuration's `environment`), so deployments sharing one Redis keep apart.
+    pub namespace: String,
 }
 
 /// What admission does while the limits store cannot be used.
@@ -178,13 +182,14 @@ pub struct TracingConfig {
     pub otlp_endpoint: http::Uri,
     /// `service.name` of every span.
     pub service_name: String,
-    /// The share of traces started here that are recorded, 0 to 1. A trusted incoming
-    /// parent's decision is followed instead.
+    /// The share of requests whose spans are recorded, 0 to 1: always the gateway's
+    /// decision, drawn per request, whatever an incoming `traceparent` says.
     pub sample_ratio: f64,
     /// Sent with every export (a collector's credentials): values are redacted.
     pub headers: Vec<(http::HeaderName, Secret)>,
-    /// An incoming `traceparent` becomes the parent of the request's span; `false` links
-    /// it instead, and the request starts a trace of its own.
+    /// An incoming `traceparent` becomes the parent of the request's span (its trace ID is
+    /// kept); `false` (the default) links it instead, and the request starts a trace of
+    /// its own.
     pub trust_incoming: bool,
 }
 
@@ -452,7 +457,12 @@ pub fn parse_with(
         raw.models,
         upstreams_readable.then_some(declared.as_slice()),
     );
-    let limits_store = store::limits_store(&mut errors, raw.limits_store.as_ref(), env);
+    let environment = raw
+        .environment
+        .as_deref()
+        .unwrap_or(server::DEFAULT_ENVIRONMENT);
+    let limits_store =
+        store::limits_store(&mut errors, raw.limits_store.as_ref(), environment, env);
     let admin_tokens = admin::admin_tokens(
         &mut errors,
         raw.admin_token_env.as_deref(),

@@ -8,6 +8,15 @@ use crate::catalog::Inactive;
 use crate::clock::rfc3339;
 use std::time::Duration;
 
+/// The wait a client is told, in whole milliseconds: rounded up (a client that waits exactly
+/// this long is admitted) and at least 1. The message, `retry-after-ms` and the access
+/// log's `retry_after_ms` all state this one number.
+pub fn wait_millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// A failure the gateway answers itself, in the OpenAI error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestError {
@@ -43,6 +52,12 @@ pub enum RequestError {
     UnsupportedMediaType,
     /// The request is not valid HTTP/1.1 (its head or its body framing).
     InvalidRequest {
+        detail: &'static str,
+    },
+    /// A `multipart/form-data` body the gateway and its upstream could read differently
+    /// (also `invalid_request`); `param` names the field when there is one.
+    InvalidForm {
+        param: Option<&'static str>,
         detail: &'static str,
     },
     /// The request head is over `max_header_bytes` (or has too many fields).
@@ -109,6 +124,7 @@ impl RequestError {
         match self {
             InvalidJson { .. }
             | InvalidRequest { .. }
+            | InvalidForm { .. }
             | RepeatedKey { .. }
             | MissingParameter { .. }
             | InvalidParameter { .. }
@@ -169,7 +185,7 @@ impl RequestError {
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
-            InvalidRequest { .. } => "invalid_request",
+            InvalidRequest { .. } | InvalidForm { .. } => "invalid_request",
             RequestHeaderTooLarge => "request_header_too_large",
             UnsupportedTransferEncoding => "unsupported_transfer_encoding",
             MissingParameter { .. } => "missing_required_parameter",
@@ -198,6 +214,7 @@ impl RequestError {
             InvalidParameter { param, .. } => Some(param),
             ModelNotFound { .. } | EndpointNotSupported { .. } => Some("model"),
             RepeatedKey { key } => Some(bounded(key)),
+            InvalidForm { param, .. } => *param,
             _ => None,
         }
     }
@@ -249,7 +266,7 @@ impl RequestError {
             ),
             RateLimited { retry_after } => format!(
                 "Rate limit reached for this API key. Retry after {} ms.",
-                retry_after.as_millis()
+                wait_millis(*retry_after)
             ),
             TokensLimited {
                 retry_after,
@@ -259,7 +276,7 @@ impl RequestError {
             } => format!(
                 "Rate limit reached for {window} on this API key (limit {limit}): this request \
                  reserves {estimate} tokens (its input and requested output). Retry after {} ms.",
-                retry_after.as_millis()
+                wait_millis(*retry_after)
             ),
             ConcurrencyLimited { .. } => "Too many requests are in flight for this API key. \
                 Wait for one to finish before sending another."
@@ -272,6 +289,10 @@ impl RequestError {
             }
             InvalidJson { detail } => format!("The request body is not valid JSON: {detail}."),
             InvalidRequest { detail } => format!("The request is not valid HTTP/1.1: {detail}."),
+            InvalidForm { detail, .. } => format!(
+                "The multipart form could be read in more than one way: {detail}. Send each \
+                 field once, under one Content-Disposition with a plain name parameter."
+            ),
             RequestHeaderTooLarge => "The request head (request line and headers) is larger \
                 than this gateway accepts; send fewer or shorter headers."
                 .into(),

@@ -41,6 +41,8 @@ pub struct Gateway {
     /// start, kept across reloads.
     pub ephemeral_ids: IdKeys,
     draining: AtomicBool,
+    /// Turns true at the end of `shutdown_grace`: requests still running end there.
+    cut: tokio::sync::watch::Sender<bool>,
 }
 
 impl Gateway {
@@ -77,6 +79,7 @@ impl Gateway {
             telemetry: None,
             ephemeral_ids: IdKeys::ephemeral(),
             draining: AtomicBool::new(false),
+            cut: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -128,6 +131,18 @@ impl Gateway {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// The end of `shutdown_grace`: every request still running ends now, with its log line
+    /// (`cut_by_shutdown`), rather than vanishing with its task.
+    pub fn cut_requests(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Resolves once [`Gateway::cut_requests`] was called (at once if it was already).
+    pub async fn requests_cut(&self) {
+        let mut cut = self.cut.subscribe();
+        let _ = cut.wait_for(|cut| *cut).await;
     }
 
     /// Sets the gauges that describe state at a point in time (upstream availability) and

@@ -28,6 +28,12 @@ pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 /// cannot know when a request in flight will end.
 pub const CONCURRENCY_RETRY_HINT: Duration = Duration::from_secs(1);
 
+/// The most a key may owe a token window beyond its period: a window's arrival time is
+/// never more than its period plus this ahead of the clock, so no wait a client is told
+/// (`Retry-After`, `x-ratelimit-reset-*`) is longer than this plus a period, whatever an
+/// upstream reported.
+pub const MAX_DEBT: Duration = Duration::from_secs(7 * 86_400);
+
 /// A key's rate-limit position, for the `x-ratelimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateStatus {
@@ -170,6 +176,9 @@ impl Limiter {
         let mut next_tat = None;
         let mut rate = None;
         if let Some((per_minute, burst)) = limits {
+            // Kept within the window of the limits now (a raised rate shrinks it), so the
+            // time that passes from here counts at the new rate.
+            *tat = within_window(*tat, now, per_minute, burst);
             match gcra(*tat, now, per_minute, burst) {
                 Ok((next, status)) => (next_tat, rate) = (Some(next), Some(status)),
                 Err((status, retry_after)) => {
@@ -208,17 +217,33 @@ impl Limiter {
         }
     }
 
-    /// Counts a request of `key` in flight without limiting it (its limits are decided by
-    /// the shared store), and notes its arrival; the time since the key's previous request.
-    pub fn count_in_flight(&self, key: &Key) -> (Permit, Option<Duration>) {
+    /// Counts a request of `key` in flight whose limits the shared store decides, and notes
+    /// its arrival. The one check made here, before the body is read: a key that already
+    /// has `max_concurrent` requests in flight on this replica alone is refused (the store
+    /// could only refuse it too). The time since the key's previous request either way.
+    pub fn count_in_flight(&self, key: &Key) -> (Result<Permit, RequestError>, Option<Duration>) {
         let state = self.state(&key.name);
         let since_previous = record_previous(&state.previous_micros, self.clock.now());
-        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let limit = key.max_concurrent.map_or(u32::MAX, |limit| limit.get());
+        if !try_take(&state.in_flight, limit) {
+            let error = RequestError::ConcurrencyLimited {
+                retry_after: CONCURRENCY_RETRY_HINT,
+            };
+            return (Err(error), since_previous);
+        }
         let permit = Permit {
             slots: vec![Arc::clone(&state.in_flight)],
             idle: None,
         };
-        (permit, since_previous)
+        (Ok(permit), since_previous)
+    }
+
+    /// Notes the arrival of a request of `key` that is answered without its limits being
+    /// asked (the shared store's local gate refuses it): it is still the key's last use.
+    /// The time since the key's previous request.
+    pub fn note_arrival(&self, key: &Key) -> Option<Duration> {
+        let state = self.state(&key.name);
+        record_previous(&state.previous_micros, self.clock.now())
     }
 
     /// Where a key stands on its rate limit now, without counting a request.
@@ -315,8 +340,9 @@ fn gcra(
     burst: u32,
 ) -> Result<(Duration, RateStatus), (RateStatus, Duration)> {
     let interval = Duration::from_secs(60) / per_minute;
-    let window = interval * burst;
-    let next = tat.max(now) + interval;
+    let window = interval.saturating_mul(burst);
+    let tat = within_window(tat, now, per_minute, burst);
+    let next = tat.max(now).saturating_add(interval);
     let ahead = next - now;
     if ahead > window {
         return Err((position(tat, now, per_minute, burst), ahead - window));
@@ -324,12 +350,21 @@ fn gcra(
     Ok((next, position(next, now, per_minute, burst)))
 }
 
+/// `tat`, or the furthest ahead of `now` it may be under these limits (one window) if it
+/// is further: a reload that raised the rate (shrinking the window) must not leave a wait
+/// the new limits would never give. The stored time is clamped too, so the wait then
+/// counts down at the new rate.
+fn within_window(tat: Duration, now: Duration, per_minute: u32, burst: u32) -> Duration {
+    let window = (Duration::from_secs(60) / per_minute).saturating_mul(burst);
+    tat.min(now.saturating_add(window))
+}
+
 /// Where a key stands with theoretical arrival time `tat`: requests left in the burst, and
 /// the time until the bucket is full.
 fn position(tat: Duration, now: Duration, per_minute: u32, burst: u32) -> RateStatus {
     let interval = Duration::from_secs(60) / per_minute;
-    let window = interval * burst;
-    let backlog = tat.saturating_sub(now);
+    let window = interval.saturating_mul(burst);
+    let backlog = tat.saturating_sub(now).min(window);
     let remaining = (window.saturating_sub(backlog).as_nanos() / interval.as_nanos()) as u32;
     RateStatus {
         limit: per_minute,
@@ -416,6 +451,27 @@ mod tests {
             gcra(tat, now + wait, 60, 3).is_ok(),
             "admitted after exactly the wait"
         );
+    }
+
+    #[test]
+    fn a_raised_rate_never_lengthens_the_wait() {
+        // 60 per minute, burst 60: sixty at once fill the window (60 s ahead).
+        let now = Duration::from_secs(1000);
+        let mut tat = Duration::ZERO;
+        for _ in 0..60 {
+            tat = gcra(tat, now, 60, 60).expect("within burst").0;
+        }
+        assert!(gcra(tat, now, 60, 60).is_err());
+        // Raised to 600 per minute, burst 60 (a 6 s window), 2 s later: at most one new
+        // interval to wait, and the reset within the new window.
+        let later = now + Duration::from_secs(2);
+        let (status, wait) = gcra(tat, later, 600, 60).expect_err("the burst is used");
+        assert_eq!(wait, Duration::from_millis(100));
+        assert_eq!(status.reset, Duration::from_secs(6));
+        // As `admit` keeps it: clamped, then counting down at the new rate.
+        let tat = within_window(tat, later, 600, 60);
+        assert!(gcra(tat, later + wait, 600, 60).is_ok());
+        assert!(gcra(tat, later + wait - Duration::from_millis(1), 600, 60).is_err());
     }
 
     #[test]

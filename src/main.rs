@@ -81,12 +81,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate the configuration and list every error; exit 1 if there is any.
+    /// Validate the configuration and list every error and warning; exit 1 if there is any
+    /// error (or, with --strict, any warning).
     Check {
         /// Do not look up upstream host names (for names that resolve only where the
         /// gateway runs, such as a cluster's Services).
         #[arg(long)]
         no_resolve: bool,
+        /// Treat warnings as errors: exit 1 if there is any (for CI).
+        #[arg(long)]
+        strict: bool,
     },
     /// Print a new random API key and its entry to paste into the configuration.
     Key {
@@ -116,7 +120,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Check { no_resolve }) => check(&cli.config, no_resolve),
+        Some(Command::Check { no_resolve, strict }) => check(&cli.config, no_resolve, strict),
         Some(Command::Key {
             name,
             expires_in,
@@ -161,26 +165,32 @@ fn owner_text(text: &str) -> Result<String, String> {
     }
 }
 
-fn check(path: &Path, no_resolve: bool) -> ExitCode {
+fn check(path: &Path, no_resolve: bool, strict: bool) -> ExitCode {
     let lookup = if no_resolve {
         HostLookup::Skip
     } else {
         HostLookup::Resolve
     };
-    let loaded = load_files_with(path, lookup).map(|config| {
-        let catalog = Catalog::build(&config, 1);
-        (config, catalog)
-    });
-    match loaded {
-        Ok((config, catalog)) => {
+    match load_files_with(path, lookup) {
+        Ok(config) => {
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
+            let warnings = config.warnings.len();
+            if strict && warnings > 0 {
+                eprintln!("{warnings} warning(s), refused by --strict");
+                return ExitCode::FAILURE;
+            }
             println!(
-                "{}: OK ({} upstreams, generation {})",
+                "{}: OK ({}, {}, {}{})",
                 path.display(),
-                catalog.upstreams.len(),
-                catalog.generation
+                count(config.models.len(), "model"),
+                count(config.upstreams.len(), "upstream"),
+                count(config.keys.len(), "key"),
+                match warnings {
+                    0 => String::new(),
+                    n => format!("; {}", count(n, "warning")),
+                }
             );
             ExitCode::SUCCESS
         }
@@ -189,6 +199,15 @@ fn check(path: &Path, no_resolve: bool) -> ExitCode {
             eprintln!("{} error(s)", errors.0.len());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `1 model`, `3 models`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 

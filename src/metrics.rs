@@ -56,6 +56,7 @@ pub struct Metrics {
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
     pub usage_missing: IntCounterVec,
+    pub usage_implausible: IntCounterVec,
     /// Streams whose edits stopped at an event over the bound of what is held.
     pub stream_edits_skipped: IntCounterVec,
     pub limits_store_up: IntGauge,
@@ -218,6 +219,14 @@ impl Metrics {
             &["upstream"],
         )
         .expect("valid metric");
+        let usage_implausible = IntCounterVec::new(
+            Opts::new(
+                "sluice_usage_implausible_total",
+                "Answers whose reported usage was not believed (a count of 2^24 or more, or output beyond the request's limit plus slack); their reservation stands.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         let limits_store_up = IntGauge::new(
             "sluice_limits_store_up",
             "1 while the shared limits store (limits_store) answers; 0 while it does not (exported only with a limits_store).",
@@ -226,7 +235,7 @@ impl Metrics {
         let limits_store_errors = IntCounterVec::new(
             Opts::new(
                 "sluice_limits_store_errors_total",
-                "Calls to the shared limits store that failed, by kind (timeout, connection, script).",
+                "Calls to the shared limits store that failed, by kind (timeout, connection, server; script: one key's call, the store stays up).",
             ),
             &["kind"],
         )
@@ -316,6 +325,7 @@ impl Metrics {
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
             Box::new(usage_missing.clone()),
+            Box::new(usage_implausible.clone()),
             Box::new(upstream_health_checks.clone()),
             Box::new(access_log_dropped.clone()),
             Box::new(trace_spans_dropped.clone()),
@@ -349,6 +359,7 @@ impl Metrics {
             upstream_queue,
             tokens,
             usage_missing,
+            usage_implausible,
             limits_store_up,
             limits_store_errors,
             limits_store_duration,
@@ -395,6 +406,7 @@ impl Metrics {
             self.upstream_cooldowns.with_label_values(&[upstream]);
             self.upstream_in_flight.with_label_values(&[upstream]);
             self.usage_missing.with_label_values(&[upstream]);
+            self.usage_implausible.with_label_values(&[upstream]);
             self.stream_edits_skipped.with_label_values(&[upstream]);
             for result in ["pass", "fail"] {
                 self.upstream_health_checks
@@ -427,7 +439,7 @@ impl Metrics {
             // Registered once per gateway: a second call finds them there.
             let _ = self.registry.register(collector);
         }
-        for kind in ["timeout", "connection", "script"] {
+        for kind in ["timeout", "connection", "server", "script"] {
             self.limits_store_errors.with_label_values(&[kind]);
         }
     }

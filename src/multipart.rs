@@ -5,14 +5,21 @@
 //!
 //! It checks the framing as it goes: a body without a boundary, one that ends before its
 //! closing delimiter, a part without headers, or one without a `model` field is refused
-//! before anything reaches an upstream.
+//! before anything reaches an upstream. Parsers disagree on which copy of a repeated field
+//! wins, so a form the gateway and its upstream could read differently is refused too: a
+//! second `model` or `stream` part, a part with two `Content-Disposition` fields, a folded
+//! header line, a `name*` parameter. Parameters are read with the quoted-string rules of
+//! RFC 7578 and RFC 9110 (`name="x;name=model"` is the name `x;name=model`).
 
 use crate::error::RequestError;
+use part_head::part_of;
 use std::ops::Range;
+
+mod part_head;
 
 /// Longest part head (its header lines) accepted.
 const MAX_PART_HEAD_BYTES: usize = 16 << 10;
-/// Longest `model` or `stream` value read.
+/// Longest `model` or `stream` value accepted (a longer one is refused, never cut).
 const MAX_FIELD_BYTES: usize = 1024;
 /// RFC 2046: a boundary is 1 to 70 characters.
 const MAX_BOUNDARY_BYTES: usize = 70;
@@ -30,22 +37,39 @@ pub struct Form {
 pub fn boundary(content_type: Option<&[u8]>) -> Result<Vec<u8>, RequestError> {
     let value = content_type.ok_or(RequestError::UnsupportedMediaType)?;
     let text = std::str::from_utf8(value).map_err(|_| RequestError::UnsupportedMediaType)?;
-    let mut parts = text.split(';');
-    let essence = parts.next().unwrap_or_default().trim();
+    let essence = text.split(';').next().unwrap_or_default().trim();
     if !essence.eq_ignore_ascii_case("multipart/form-data") {
         return Err(RequestError::UnsupportedMediaType);
     }
-    let boundary = parts
-        .filter_map(|p| p.split_once('='))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("boundary"))
-        .map(|(_, value)| value.trim().trim_matches('"'))
+    let parameters = part_head::parameters(text)
+        .ok_or(malformed("its content type's parameters are not valid"))?;
+    let mut boundary = None;
+    for (name, value) in parameters {
+        let name = name.to_ascii_lowercase();
+        // Two boundaries: one parser splits the body at the first, another at the last.
+        if name == "boundary" && boundary.replace(value).is_some() {
+            return Err(ambiguous(None, "its content type names two boundaries"));
+        }
+        if name.starts_with("boundary*") {
+            return Err(ambiguous(
+                None,
+                "its content type has a boundary* parameter",
+            ));
+        }
+    }
+    let boundary = boundary
         .filter(|b| !b.is_empty() && b.len() <= MAX_BOUNDARY_BYTES)
         .ok_or(malformed("its content type names no boundary"))?;
-    Ok(boundary.as_bytes().to_vec())
+    Ok(boundary.into_bytes())
 }
 
 fn malformed(detail: &'static str) -> RequestError {
     RequestError::InvalidRequest { detail }
+}
+
+/// A form whose fields the gateway and its upstream could read differently.
+fn ambiguous(param: Option<&'static str>, detail: &'static str) -> RequestError {
+    RequestError::InvalidForm { param, detail }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +92,34 @@ enum Field {
     Other,
 }
 
+impl Field {
+    /// The request parameter the field is, if the gateway reads it.
+    fn param(self) -> Option<&'static str> {
+        match self {
+            Field::Model => Some("model"),
+            Field::Stream => Some("stream"),
+            Field::Other => None,
+        }
+    }
+}
+
+/// A form's `stream` value, read as the upstreams' form parsers read a boolean (FastAPI's,
+/// behind vLLM, takes `1`, `yes`, `on`... as true): a value the gateway would read as
+/// false and an upstream as true would stream past the capability check.
+fn stream_value(value: &str) -> Result<bool, RequestError> {
+    const TRUE: [&str; 6] = ["true", "1", "yes", "y", "on", "t"];
+    const FALSE: [&str; 6] = ["false", "0", "no", "n", "off", "f"];
+    let is = |set: &[&str]| set.iter().any(|v| v.eq_ignore_ascii_case(value));
+    match (is(&TRUE), is(&FALSE)) {
+        (true, _) => Ok(true),
+        (_, true) => Ok(false),
+        _ => Err(RequestError::InvalidParameter {
+            param: "stream".into(),
+            message: "The form field 'stream' must be true or false.".into(),
+        }),
+    }
+}
+
 /// Reads a form's framing and the fields the gateway needs, fed the body in chunks.
 pub struct Scanner {
     /// `\r\n--boundary`: the body is read as if it started with a line break, so the first
@@ -84,6 +136,9 @@ pub struct Scanner {
     value_at: i64,
     model: Option<(String, Range<u64>)>,
     stream: bool,
+    /// Parts named `model` and `stream` seen so far (file parts included).
+    model_parts: u32,
+    stream_parts: u32,
 }
 
 impl Scanner {
@@ -100,6 +155,8 @@ impl Scanner {
             value_at: 0,
             model: None,
             stream: false,
+            model_parts: 0,
+            stream_parts: 0,
         }
     }
 
@@ -108,13 +165,10 @@ impl Scanner {
         self.window.extend_from_slice(chunk);
         loop {
             let progressed = match self.state {
-                State::Content => self.content(),
+                State::Content => self.content()?,
                 State::AfterDelimiter => self.after_delimiter()?,
                 State::Head => self.head()?,
-                State::End => {
-                    self.consume(self.window.len());
-                    false
-                }
+                State::End => self.epilogue()?,
             };
             if !progressed {
                 return Ok(());
@@ -145,43 +199,52 @@ impl Scanner {
     }
 
     /// Content up to the next delimiter (or what surely is not part of one).
-    fn content(&mut self) -> bool {
+    fn content(&mut self) -> Result<bool, RequestError> {
         let found = memchr::memmem::find(&self.window, &self.delimiter);
         let end = match found {
             Some(at) => at,
             // The last bytes may start a delimiter that the next chunk completes.
             None => self.window.len().saturating_sub(self.delimiter.len() - 1),
         };
-        if self.field != Field::Other {
-            let room = MAX_FIELD_BYTES.saturating_sub(self.value.len());
-            self.value.extend_from_slice(&self.window[..end.min(room)]);
+        if let Some(param) = self.field.param() {
+            // A value read in part would be checked as one thing and run as another.
+            if self.value.len() + end > MAX_FIELD_BYTES {
+                return Err(RequestError::InvalidParameter {
+                    param: param.into(),
+                    message: format!(
+                        "The form field '{param}' is longer than {MAX_FIELD_BYTES} bytes."
+                    ),
+                });
+            }
+            self.value.extend_from_slice(&self.window[..end]);
         }
         self.consume(end);
         match found {
             Some(_) => {
-                self.close_field();
+                self.close_field()?;
                 self.consume(self.delimiter.len());
                 self.state = State::AfterDelimiter;
-                true
+                Ok(true)
             }
-            None => false,
+            None => Ok(false),
         }
     }
 
     /// Notes the value of the part that just ended, if it is one the gateway needs.
-    fn close_field(&mut self) {
+    fn close_field(&mut self) -> Result<(), RequestError> {
         let value = String::from_utf8_lossy(&self.value).trim().to_owned();
         let end = self.window_at as u64;
         match self.field {
-            Field::Model if self.model.is_none() => {
+            Field::Model => {
                 let start = self.value_at as u64;
                 self.model = Some((value, start..end));
             }
-            Field::Stream => self.stream = value.eq_ignore_ascii_case("true"),
-            _ => {}
+            Field::Stream => self.stream = stream_value(&value)?,
+            Field::Other => {}
         }
         self.field = Field::Other;
         self.value.clear();
+        Ok(())
     }
 
     fn after_delimiter(&mut self) -> Result<bool, RequestError> {
@@ -189,6 +252,7 @@ impl Scanner {
             return Ok(false);
         }
         if self.window.starts_with(b"--") {
+            self.consume(2);
             self.state = State::End;
         } else if self.window.starts_with(b"\r\n") {
             self.consume(2);
@@ -201,6 +265,16 @@ impl Scanner {
         Ok(true)
     }
 
+    /// After the closing delimiter: line breaks and spaces only. A parser that splits the
+    /// body at every delimiter would read parts that follow it, which this one does not.
+    fn epilogue(&mut self) -> Result<bool, RequestError> {
+        if self.window.iter().any(|b| !b" \t\r\n".contains(b)) {
+            return Err(ambiguous(None, "text follows its closing boundary"));
+        }
+        self.consume(self.window.len());
+        Ok(false)
+    }
+
     fn head(&mut self) -> Result<bool, RequestError> {
         let Some(at) = memchr::memmem::find(&self.window, b"\r\n\r\n") else {
             if self.window.len() > MAX_PART_HEAD_BYTES {
@@ -209,39 +283,26 @@ impl Scanner {
             return Ok(false);
         };
         let head = String::from_utf8_lossy(&self.window[..at]).into_owned();
-        self.field = field_of(&head);
+        let part = part_of(&head)?;
+        let seen = match part.name.as_deref() {
+            Some("model") => Some((&mut self.model_parts, "model")),
+            Some("stream") => Some((&mut self.stream_parts, "stream")),
+            _ => None,
+        };
+        if let Some((count, name)) = seen {
+            *count += 1;
+            if *count > 1 {
+                return Err(ambiguous(
+                    Some(name),
+                    "it has more than one part of this name",
+                ));
+            }
+        }
+        self.field = part.field();
         self.consume(at + 4);
         self.value_at = self.window_at;
         self.state = State::Content;
         Ok(true)
-    }
-}
-
-/// The field a part is, from its `Content-Disposition`: a file part is never the model.
-fn field_of(head: &str) -> Field {
-    let Some(disposition) = head.split("\r\n").find(|line| {
-        line.split_once(':')
-            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-disposition"))
-    }) else {
-        return Field::Other;
-    };
-    let mut name = None;
-    let mut file = false;
-    for parameter in disposition.split(';').skip(1) {
-        let Some((key, value)) = parameter.split_once('=') else {
-            continue;
-        };
-        let value = value.trim().trim_matches('"');
-        match key.trim().to_ascii_lowercase().as_str() {
-            "name" => name = Some(value.to_owned()),
-            "filename" | "filename*" => file = true,
-            _ => {}
-        }
-    }
-    match name.as_deref() {
-        Some("model") if !file => Field::Model,
-        Some("stream") if !file => Field::Stream,
-        _ => Field::Other,
     }
 }
 
@@ -287,6 +348,49 @@ mod tests {
     }
 
     #[test]
+    fn nothing_but_line_breaks_may_follow_the_closing_boundary() {
+        let mut body = form(true);
+        assert!(scan_in(&body, 3).is_ok());
+        body.extend_from_slice(b"\r\n \r\n");
+        assert!(scan_in(&body, 3).is_ok(), "line breaks and spaces");
+        body.extend_from_slice(
+            b"--XyZ\r\ncontent-disposition: form-data; name=\"model\"\r\n\r\nother\r\n--XyZ--\r\n",
+        );
+        assert!(
+            matches!(scan_in(&body, 3), Err(RequestError::InvalidForm { .. })),
+            "a part after the end is refused: a splitting parser would read it"
+        );
+    }
+
+    #[test]
+    fn stream_is_read_as_a_form_parser_reads_a_boolean_and_values_are_never_cut() {
+        let stream = |value: &str| {
+            scan_in(
+                &parts(&[
+                    ("content-disposition: form-data; name=model", "whisper"),
+                    ("content-disposition: form-data; name=stream", value),
+                ]),
+                4,
+            )
+            .map(|form| form.stream)
+        };
+        assert_eq!(stream("1"), Ok(true));
+        assert_eq!(stream("ON"), Ok(true));
+        assert_eq!(stream("false"), Ok(false));
+        assert_eq!(stream("maybe").unwrap_err().param(), Some("stream"));
+        let long = format!("whisper{}", " ".repeat(MAX_FIELD_BYTES));
+        let refused = scan_in(
+            &parts(&[("content-disposition: form-data; name=model", &long)]),
+            64,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (refused.code(), refused.param()),
+            ("invalid_parameter", Some("model"))
+        );
+    }
+
+    #[test]
     fn broken_forms_are_refused() {
         let body = form(true);
         let truncated = scan_in(&body[..body.len() - 10], 5).unwrap_err();
@@ -299,6 +403,80 @@ mod tests {
         );
         let garbage = b"--XyZ garbage";
         assert_eq!(scan_in(garbage, 3).unwrap_err().code(), "invalid_request");
+    }
+
+    /// A form of the given parts (head lines, value), closed.
+    fn parts(parts: &[(&str, &str)]) -> Vec<u8> {
+        let mut body = String::new();
+        for (head, value) in parts {
+            body.push_str(&format!("--XyZ\r\n{head}\r\n\r\n{value}\r\n"));
+        }
+        body.push_str("--XyZ--\r\n");
+        body.into_bytes()
+    }
+
+    /// One part of a test form: its head lines and its value.
+    type Piece<'a> = (&'a str, &'a str);
+
+    fn refusal(body: &[u8]) -> (String, Option<String>) {
+        let error = scan_in(body, 5).unwrap_err();
+        (error.code().to_owned(), error.param().map(str::to_owned))
+    }
+
+    #[test]
+    fn forms_two_parsers_could_read_differently_are_refused() {
+        let model = "content-disposition: form-data; name=\"model\"";
+        let stream = "content-disposition: form-data; name=stream";
+        let cases: [(&[Piece], Option<&str>); 7] = [
+            (&[(model, "a"), (model, "b")], Some("model")),
+            (&[(stream, "true"), (model, "a"), (stream, "false")], Some("stream")),
+            (
+                &[
+                    (model, "a"),
+                    ("content-disposition: form-data; name=\"model\"; filename=\"m\"", "b"),
+                ],
+                Some("model"),
+            ),
+            (
+                &[(
+                    "content-disposition: form-data; name=\"x\"\r\nContent-Disposition: form-data; name=\"model\"",
+                    "b",
+                )],
+                None,
+            ),
+            (&[("content-disposition: form-data; name*=UTF-8''model", "b")], None),
+            (&[("content-disposition: form-data; name=\"a\"; name=\"model\"", "b")], None),
+            (&[("content-disposition: form-data;\r\n name=\"model\"", "b")], None),
+        ];
+        for (form, param) in cases {
+            assert_eq!(
+                refusal(&parts(form)),
+                ("invalid_request".to_owned(), param.map(str::to_owned)),
+                "{form:?} is refused"
+            );
+        }
+    }
+
+    #[test]
+    fn parameters_follow_the_quoted_string_rules() {
+        // `name="x;name=model"` is one name, `x;name=model`: not the model field.
+        let hidden = parts(&[
+            ("content-disposition: form-data; name=\"model\"", "whisper"),
+            (
+                "content-disposition: form-data; name=\"x;name=model\"",
+                "secret",
+            ),
+        ]);
+        assert_eq!(scan_in(&hidden, 3).unwrap().model, "whisper");
+        let escaped = parts(&[(
+            "content-disposition: form-data; name=\"mo\\del\"; x=\"a \\\"b\\\".wav\"",
+            "whisper",
+        )]);
+        assert_eq!(
+            scan_in(&escaped, 4).unwrap().model,
+            "whisper",
+            "a backslash escape stands for its character"
+        );
     }
 
     #[test]
@@ -314,6 +492,28 @@ mod tests {
         assert_eq!(
             boundary(Some(b"multipart/form-data")).unwrap_err().code(),
             "invalid_request"
+        );
+        assert_eq!(
+            boundary(Some(b"multipart/form-data; boundary=----=_Part_0.1")).unwrap(),
+            b"----=_Part_0.1",
+            "a bare boundary with characters beyond a token"
+        );
+        for ambiguous in [
+            &b"multipart/form-data; boundary=a; boundary=b"[..],
+            b"multipart/form-data; boundary=\"a;boundary=b\"; Boundary=c",
+            b"multipart/form-data; boundary*=UTF-8''a",
+        ] {
+            let error = boundary(Some(ambiguous)).unwrap_err();
+            assert!(
+                matches!(error, RequestError::InvalidForm { .. }),
+                "{:?}: {error:?}",
+                String::from_utf8_lossy(ambiguous)
+            );
+        }
+        assert_eq!(
+            boundary(Some(b"multipart/form-data; boundary=\"a;boundary=b\"")).unwrap(),
+            b"a;boundary=b",
+            "a quoted semicolon is part of the boundary"
         );
     }
 }

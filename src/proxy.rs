@@ -10,6 +10,8 @@
 //! |             | [`upstream::dispatch`], to the model's fallbacks in turn if it cannot |
 //! |             | serve; an error for a response cut short or a client that left       |
 //! | `fail`      | after such an error: JSON 500 if nothing was sent yet                 |
+//! | `cut`       | at the end of `shutdown_grace`, instead of the rest: 503 if nothing   |
+//! |             | was sent yet, else the answer stays cut; logged as cut by shutdown    |
 //! | `logging`   | access log line and metrics (`outcome.rs`)                            |
 //!
 //! Then the connection is handed back for its next request, unless the request failed.
@@ -21,8 +23,8 @@
 //! request). Requests are forwarded by hand because
 //! the model is in the body and pingora's own replay of a pre-read body stops at 64 KiB.
 //! Resources a request holds (limit permits, the in-flight gauge) live in the context and
-//! are released when it drops, which happens after `logging`, or without it when a task is
-//! cancelled at shutdown. The upstream slot and upstream in-flight count live in
+//! are released when it drops, which happens after `logging` (a request still running at
+//! the end of `shutdown_grace` is cut and logged first). The upstream slot and upstream in-flight count live in
 //! `dispatch`'s future, which the request's task owns: dropped the same way.
 
 mod admission;
@@ -96,14 +98,23 @@ impl App for Proxy {
         }
         let mut ctx = RequestContext::new();
         self.start(session, &mut ctx);
-        match self.request(session, &mut ctx).await {
-            Ok(()) => {
+        let ended = tokio::select! {
+            biased;
+            ended = self.request(session, &mut ctx) => Some(ended),
+            () = self.gateway.requests_cut() => None,
+        };
+        match ended {
+            Some(Ok(())) => {
                 self.logging(session, None, &mut ctx);
                 true
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 self.fail(session, &e, &mut ctx).await;
                 self.logging(session, Some(&e), &mut ctx);
+                false
+            }
+            None => {
+                self.cut(session, &mut ctx).await;
                 false
             }
         }
@@ -201,6 +212,31 @@ impl Proxy {
             let _ = answer(session, ctx, error_response_in(ctx.error_shape, &error)).await;
             record_error(&self.gateway, ctx, error);
         }
+    }
+
+    /// At the end of `shutdown_grace`, for a request still running (its work dropped): a
+    /// 503 `overloaded` if nothing was sent yet, else the answer stays cut where it is
+    /// (logged `cut`); logged either way, marked `cut_by_shutdown`. The connection closes.
+    async fn cut(&self, session: &mut Session, ctx: &mut RequestContext) {
+        ctx.cut_by_shutdown = true;
+        if session.response_started() {
+            // What the client saw: the upstream's status as it was relayed, then a break.
+            self.note_status(ctx);
+            ctx.exchange.cut = true;
+        } else {
+            let error = RequestError::Overloaded {
+                retry_after: std::time::Duration::from_secs(1),
+            };
+            session.disable_keepalive();
+            // Bounded: the workers stop soon after, whatever the client does.
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_millis(500),
+                answer(session, ctx, error_response_in(ctx.error_shape, &error)),
+            )
+            .await;
+            record_error(&self.gateway, ctx, error);
+        }
+        self.logging(session, None, ctx);
     }
 
     /// Last, for every request that ran: the access-log line and the request metrics.
@@ -383,6 +419,10 @@ impl Proxy {
         } else {
             // The key's token windows, last: the estimate needs the body and the model.
             ctx.usage_expected = endpoint.kind.reports_usage();
+            let enforced = model
+                .enforce_output_limit
+                .then_some(model.default_max_tokens);
+            ctx.output_limit = read.output_limit(endpoint.kind, enforced);
             let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
             self.admit_tokens(ctx, key, estimate).await?;
         }
@@ -446,6 +486,8 @@ impl Proxy {
                 inject_usage,
                 renames_model: tried > 0,
                 request_id: &ctx.request_id,
+                // The tenant is the owner of its stored responses: the key's team, or it.
+                tenant: ctx.key.as_deref().map_or("", Key::response_owner),
                 request_started: ctx.started,
                 response_headers,
                 retry_attempts: catalog.retry_attempts,
@@ -456,15 +498,21 @@ impl Proxy {
                 translation,
                 error_shape: ctx.error_shape,
             };
-            let dispatched =
-                upstream::dispatch(session, &gateway.upstreams, &gateway.metrics, &dispatch).await;
-            ctx.called = dispatched.called;
             // Every model's time on its upstreams counts as upstream time.
-            let waited = ctx.exchange.upstream_wait;
-            ctx.exchange = dispatched.measured;
-            ctx.exchange.upstream_wait += waited;
+            let waited = std::mem::take(&mut ctx.exchange).upstream_wait;
+            ctx.called = Default::default();
             ctx.served_model = Some(model.id.clone());
-            let error = match dispatched.delivery {
+            let delivery = upstream::dispatch(
+                session,
+                &gateway.upstreams,
+                &gateway.metrics,
+                &dispatch,
+                &mut ctx.exchange,
+                &mut ctx.called,
+            )
+            .await;
+            ctx.exchange.upstream_wait += waited;
+            let error = match delivery {
                 Delivery::Unserved(error) if tried + 1 < models.len() => error,
                 Delivery::Delivered => break,
                 Delivery::Refused(error) | Delivery::Unserved(error) => {

@@ -87,8 +87,7 @@ pub fn error_response_in(shape: ErrorShape, error: &RequestError) -> LocalRespon
 
 /// `Retry-After` in whole seconds (rounded up, at least 1) and `retry-after-ms`.
 pub fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
-    // Rounded up: a client that waits exactly this long must be admitted.
-    let millis = wait.as_nanos().div_ceil(1_000_000).max(1);
+    let millis = crate::error::wait_millis(wait);
     let seconds = millis.div_ceil(1000).max(1);
     [
         ("retry-after", seconds.to_string()),

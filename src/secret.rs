@@ -1,7 +1,11 @@
 //! Secrets that cannot be printed: upstream credentials and API key hashes.
 
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::fmt;
+
+/// What a secret found in text is replaced by.
+pub const REDACTED: &str = "[redacted]";
 
 /// A credential held in memory. `Debug` and `Display` print `[redacted]`; the value is
 /// reachable only through [`Secret::expose`], which names every place that uses it.
@@ -16,6 +20,47 @@ impl Secret {
     /// The secret value, for the one place that must send it.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// `text` with this secret replaced by [`REDACTED`] wherever it appears, together with
+    /// the `scheme` and space before it when they are there (`Bearer sk-1` becomes
+    /// `[redacted]`; the scheme is matched in any case). For text an upstream sent back
+    /// that may echo the credential the gateway gave it: an error message, a request id.
+    pub fn redact<'t>(&self, text: &'t [u8], scheme: &str) -> Cow<'t, [u8]> {
+        let secret = self.0.as_bytes();
+        if secret.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let mut found = memchr::memmem::find_iter(text, secret).peekable();
+        if found.peek().is_none() {
+            return Cow::Borrowed(text);
+        }
+        let mut out = Vec::with_capacity(text.len());
+        let mut copied = 0;
+        for at in found {
+            if at < copied {
+                // Overlaps the occurrence just replaced.
+                continue;
+            }
+            let mut start = at;
+            if !scheme.is_empty() {
+                let before = &text[copied..at];
+                let prefix_len = scheme.len() + 1;
+                if before.len() >= prefix_len {
+                    let prefix = &before[before.len() - prefix_len..];
+                    if prefix[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+                        && prefix[scheme.len()] == b' '
+                    {
+                        start = at - prefix_len;
+                    }
+                }
+            }
+            out.extend_from_slice(&text[copied..start]);
+            out.extend_from_slice(REDACTED.as_bytes());
+            copied = at + secret.len();
+        }
+        out.extend_from_slice(&text[copied..]);
+        Cow::Owned(out)
     }
 }
 
@@ -88,6 +133,34 @@ mod tests {
         let secret = Secret::new("sk-very-secret".into());
         assert_eq!(format!("{secret:?} {secret}"), "[redacted] [redacted]");
         assert_eq!(secret.expose(), "sk-very-secret");
+    }
+
+    #[test]
+    fn a_secret_and_its_scheme_are_redacted_in_text() {
+        let secret = Secret::new("up-cred-42".into());
+        let redact = |text: &str, scheme: &str| {
+            String::from_utf8(secret.redact(text.as_bytes(), scheme).into_owned()).unwrap()
+        };
+        assert_eq!(
+            redact(
+                r#"{"error":"bad key: Bearer up-cred-42 rejected"}"#,
+                "Bearer"
+            ),
+            r#"{"error":"bad key: [redacted] rejected"}"#
+        );
+        assert_eq!(
+            redact("bearer up-cred-42, up-cred-42up-cred-42.", "Bearer"),
+            "[redacted], [redacted][redacted].",
+            "any case of the scheme; every occurrence"
+        );
+        assert_eq!(redact("key=up-cred-42", ""), "key=[redacted]");
+        assert_eq!(redact("up-cred-4 up-cred", "Bearer"), "up-cred-4 up-cred");
+        assert!(matches!(
+            secret.redact(b"nothing here", "Bearer"),
+            Cow::Borrowed(_)
+        ));
+        let overlapping = Secret::new("aa".into());
+        assert_eq!(&*overlapping.redact(b"aaa", ""), b"[redacted]a");
     }
 
     #[test]

@@ -21,6 +21,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
+/// How long requests cut at the end of `shutdown_grace` get to answer 503 (those that had
+/// not answered yet) and write their log lines, before the workers stop with them.
+const CUT_WAIT: Duration = Duration::from_secs(1);
+
 /// The bound on a listener's open connections (`max_connections`), one for all the accept
 /// loops that serve it, however many threads they run on.
 ///
@@ -321,13 +325,19 @@ impl Running {
 
     /// Graceful stop: `/readyz` turns 503 and new requests get 503 `overloaded`, the client
     /// listener closes, and requests in flight get up to `grace` to finish. Returns as
-    /// soon as none is left (or at `grace`), with how many were still in flight.
+    /// soon as none is left, or once those still in flight at `grace` were cut (each
+    /// logged), with how many those were.
     pub async fn shutdown(&self, grace: Duration) -> u32 {
         self.gateway.start_draining();
         let _ = self.stop_clients.send(true);
         let _ = tokio::time::timeout(grace, self.gateway.limiter.wait_idle()).await;
-        let _ = self.stop_rest.send(true);
         let abandoned = self.gateway.limiter.gateway_in_flight();
+        if abandoned > 0 {
+            // Those left end now, each writing its log line: a moment, bounded all the same.
+            self.gateway.cut_requests();
+            let _ = tokio::time::timeout(CUT_WAIT, self.gateway.limiter.wait_idle()).await;
+        }
+        let _ = self.stop_rest.send(true);
         let workers = self.workers.lock().map(|mut w| w.take()).unwrap_or(None);
         if let Some(workers) = workers {
             // Their runtimes drop the requests left; none is served after this returns.

@@ -5,12 +5,14 @@
 //!
 //! The OpenTelemetry API is used directly (no `tracing` crate): a request's spans live in
 //! its context and end when it drops, like every other resource it holds. Beside this file:
-//! `request.rs` (the spans of one request), `export.rs` (the bounded queue and the export
-//! thread) and `collector.rs` (the HTTP client that posts to the collector).
+//! `request.rs` (the spans of one request), `sampling.rs` (the gateway's sampling decision),
+//! `export.rs` (the bounded queue and the export thread) and `collector.rs` (the HTTP client
+//! that posts to the collector).
 
 mod collector;
 mod export;
 mod request;
+mod sampling;
 
 pub use request::{AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace};
 
@@ -25,11 +27,14 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
 use std::time::{Duration, SystemTime};
 
+/// Longest text attribute value exported (`url.path`, a model name as the client wrote
+/// it...), in characters: a client's text never makes a span larger than this.
+pub const MAX_ATTRIBUTE_CHARS: usize = 512;
 /// Longest one export may take, retries included; meanwhile spans queue, then are dropped.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest the export thread gets at shutdown to send what is queued.
@@ -77,9 +82,9 @@ impl Telemetry {
             .map_err(|e| format!("cannot start the trace export thread: {e}"))?;
         let provider = SdkTracerProvider::builder()
             .with_span_processor(queue)
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                config.sample_ratio,
-            ))))
+            .with_sampler(sampling::GatewaySampler {
+                ratio: config.sample_ratio,
+            })
             .with_resource(resource)
             .build();
         let tracer = provider.tracer("sluice");
@@ -93,6 +98,7 @@ impl Telemetry {
 
     /// The server span of a request, under the client's `traceparent` when it is valid and
     /// trusted (linked to it when not trusted). A malformed one is ignored: a new trace.
+    /// Either way the gateway's `sample_ratio` decides whether it is sampled.
     pub fn request(&self, start: RequestStart<'_>) -> RequestTrace {
         let incoming = self
             .propagator
@@ -111,7 +117,7 @@ impl Telemetry {
         // Named `{method} {route}` once the route is known (`RequestTrace::set_route`).
         let mut span = self
             .tracer
-            .span_builder(start.method.to_owned())
+            .span_builder(capped(start.method))
             .with_kind(SpanKind::Server)
             .with_start_time(start.started)
             .with_links(links)
@@ -119,8 +125,8 @@ impl Telemetry {
         // Only a sampled span's attributes are ever read: an unsampled request builds none.
         if span.is_recording() {
             span.set_attributes([
-                KeyValue::new("http.request.method", start.method.to_owned()),
-                KeyValue::new("url.path", start.path.to_owned()),
+                KeyValue::new("http.request.method", capped(start.method)),
+                KeyValue::new("url.path", capped(start.path)),
                 KeyValue::new("sluice.request_id", start.request_id.to_owned()),
             ]);
         }
@@ -140,5 +146,13 @@ impl Telemetry {
         if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
             log::warn!(target: "sluice::telemetry", error:% = e; "traces not all exported at shutdown");
         }
+    }
+}
+
+/// `text` cut to [`MAX_ATTRIBUTE_CHARS`] characters, for a span name or attribute.
+fn capped(text: &str) -> String {
+    match text.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text.to_owned(),
     }
 }

@@ -24,6 +24,7 @@
 //! | `http1.rs`    | HTTP/1.1 on one upstream connection: request out, head, body, reuse |
 //! | `relay.rs`    | the answer body as it passes: held, deadlines, cuts, stream edits  |
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
+//! | `redaction.rs` | the upstream's credential taken out of an error answer it echoes   |
 //! | `probe.rs`    | active health checks                                                |
 //! | `translated.rs` | an answer in the other API than the client's: what it gets instead |
 
@@ -38,6 +39,7 @@ mod health;
 mod http1;
 mod pool;
 mod probe;
+mod redaction;
 mod relay;
 mod request;
 mod response;
@@ -47,7 +49,7 @@ mod verdict;
 
 pub use body::RequestBody;
 pub use call::Exchange;
-pub use dispatch::{dispatch, Called, Delivery, Dispatch, Dispatched, Stored};
+pub use dispatch::{dispatch, Called, Delivery, Dispatch, Stored};
 pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
 pub use pool::{Pool, PoolPeer};

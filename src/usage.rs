@@ -19,8 +19,17 @@ pub use json_scan::{JsonScan, Member};
 /// Largest `usage` value read; a bigger one is malformed.
 const MAX_USAGE_BYTES: usize = 4096;
 
-/// Largest token count believed; more is malformed (it would put a key in endless debt).
-const MAX_COUNT: u64 = 1 << 40;
+/// Every count an answer reports must stay below this (2^24, about 16.7 million tokens) to
+/// be believed: no model reads or writes that much in one request, and a larger count
+/// would put a key in debt for years.
+pub const MAX_PLAUSIBLE_COUNT: u64 = 1 << 24;
+
+/// Tokens an answer's output may exceed the request's own output limit by and still be
+/// believed (an eighth of the limit, at least 64): providers count a closing token or
+/// a tool call's framing outside the limit now and then.
+pub fn output_slack(limit: u64) -> u64 {
+    (limit / 8).max(64)
+}
 
 /// The tokens an answer says it used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,13 +44,34 @@ pub struct Usage {
 
 impl Usage {
     pub fn total(&self) -> u64 {
-        self.input + self.output
+        self.input.saturating_add(self.output)
+    }
+
+    /// Whether the usage can be believed of a request whose output was limited to
+    /// `output_limit` tokens (`None`: the request set no limit): every count below
+    /// [`MAX_PLAUSIBLE_COUNT`], and the output within the limit plus [`output_slack`].
+    /// Usage that is not plausible is treated as missing: the reservation stands.
+    pub fn plausible(&self, output_limit: Option<u64>) -> bool {
+        let counts = [
+            Some(self.input),
+            Some(self.output),
+            self.cached,
+            self.reasoning,
+        ];
+        let small = counts
+            .iter()
+            .flatten()
+            .all(|&count| count < MAX_PLAUSIBLE_COUNT);
+        let within = output_limit
+            .is_none_or(|limit| self.output <= limit.saturating_add(output_slack(limit)));
+        small && within
     }
 
     /// Reads a `usage` value: OpenAI's `prompt_tokens`/`completion_tokens`, the Responses
     /// API's `input_tokens`/`output_tokens`, `total_tokens` alone (embeddings, rerank), or a
     /// transcription billed by duration (no tokens). `None` for `null` and for a malformed
-    /// value: a count that is not a non-negative integer, or no count at all.
+    /// value: a count that is not a non-negative integer, or no count at all. Whether the
+    /// counts are believable is [`Usage::plausible`]'s question.
     pub fn parse(raw: &[u8]) -> Option<Usage> {
         // Typed, so reading it allocates nothing; any field of the wrong type (a string, a
         // list) makes the whole value malformed, and a count must be a non-negative integer.
@@ -49,7 +79,7 @@ impl Usage {
         let count = |n: Option<Number>| -> Result<Option<u64>, ()> {
             match n {
                 None => Ok(None),
-                Some(n) => n.as_u64().filter(|&n| n <= MAX_COUNT).map(Some).ok_or(()),
+                Some(n) => n.as_u64().map(Some).ok_or(()),
             }
         };
         let input = count(raw.prompt_tokens)

@@ -24,7 +24,14 @@ fn the_shipped_configuration_passes_check() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(String::from_utf8_lossy(&output.stdout).contains("OK"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with(&format!(
+            "{}: OK (10 models, 1 upstream, 1 key",
+            shipped_config()
+        )),
+        "the OK line counts what was loaded: {stdout}"
+    );
 }
 
 #[test]
@@ -136,7 +143,7 @@ fn key_prints_a_key_and_its_matching_hash_line() {
 }
 
 #[test]
-fn check_prints_warnings_and_still_passes() {
+fn check_prints_warnings_and_passes_unless_strict() {
     let dir = temp_dir("check-warnings");
     let path = dir.join("gateway.yaml");
     std::fs::write(
@@ -158,6 +165,39 @@ fn check_prints_warnings_and_still_passes() {
             && stderr.contains("gateway.yaml: keys[0].models[0]: 'gpt-*' matches no model"),
         "check names the pattern and its path: {stderr}"
     );
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .ends_with(": OK (1 model, 1 upstream, 1 key; 1 warning)\n"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+
+    let strict = sluice(&["check", "--strict", "--config", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(1), "--strict fails on a warning");
+    assert!(
+        stderr.contains("'gpt-*' matches no model")
+            && stderr.contains("1 warning(s), refused by --strict"),
+        "--strict still names the warning: {stderr}"
+    );
+    assert!(strict.stdout.is_empty(), "no OK line under --strict");
+
+    // Without warnings, --strict passes.
+    std::fs::write(
+        &path,
+        format!(
+            "upstreams:\n  - {{name: u, url: \"http://127.0.0.1:9/v1\"}}\nmodels:\n  - {{id: m, upstream: u}}\nkeys:\n  - {{name: k, sha256: {}}}\n",
+            key_hash(ALPHA)
+        ),
+    )
+    .unwrap();
+    let clean = sluice(&["check", "--strict", "--config", path.to_str().unwrap()]);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(String::from_utf8_lossy(&clean.stdout).ends_with(": OK (1 model, 1 upstream, 1 key)\n"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -50,7 +50,7 @@ keys:
         "g.yaml: upstreams[1].name: must be 1-64 characters",
         "g.yaml: upstreams[1].idle_timeout",
         "g.yaml: models[0].targets[0].weight: must be at least 1",
-        "g.yaml: models: two entries share the id m",
+        "g.yaml: models[1].id: duplicates models[0] ('m')",
         "g.yaml: keys[0].sha256",
         "g.yaml: keys[0].burst: needs requests_per_minute",
     ] {
@@ -82,7 +82,7 @@ upstreams:
         errors_of(text),
         [
             "g.yaml: listen: invalid type: sequence, expected a string",
-            "g.yaml: max_concurrent: invalid type: string \"x\", expected u32",
+            "g.yaml: max_concurrent: invalid type: string \"x\", expected a whole number",
             "g.yaml: keys_file: invalid type: integer `5`, expected a string",
             "g.yaml: upstreams[0].url: must be an absolute http:// or https:// URL",
         ],
@@ -143,7 +143,7 @@ keys:
     assert_eq!(
         errors_of(text),
         [
-            "g.yaml: upstreams[1].max_concurrent: invalid type: string \"lots\", expected u32",
+            "g.yaml: upstreams[1].max_concurrent: invalid type: string \"lots\", expected a whole number",
             "g.yaml: upstreams[0].max_concurrent: must be at least 1 (leave it out for no limit)",
             "g.yaml: upstreams[2].max_queue: needs max_concurrent",
             "g.yaml: keys[0].requests_per_minute: must be at least 1 (leave it out for no limit)",

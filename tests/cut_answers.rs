@@ -129,16 +129,18 @@ async fn an_upstream_that_cuts_its_answers_is_ejected() {
         "    idle_timeout: 1s\n    eject_after_failures: 2\n    eject_duration: 30s\n",
     );
     let gw = TestGateway::start(&yaml).await;
-    for _ in 0..2 {
+    // Two tenants' requests: one tenant alone never ejects a shared upstream.
+    let public = JSON_BODY.replace("chat-model", "public-one");
+    for (key, body) in [(ALPHA, JSON_BODY), (BETA, public.as_str())] {
         mock.push(cut_json(400, 100));
-        assert_eq!(chat(gw.addr(), ALPHA, JSON_BODY).await.status, 502);
+        assert_eq!(chat(gw.addr(), key, body).await.status, 502);
     }
     let response = chat(gw.addr(), ALPHA, JSON_BODY).await;
     let (status, _, code, _) = response.error();
     assert_eq!(
         (status, code.as_str()),
         (503, "no_healthy_upstream"),
-        "two cut answers in a row eject the upstream"
+        "two cut answers in a row, from two tenants, eject the upstream"
     );
     assert_eq!(mock.requests().len(), 2, "the third never reached it");
 }

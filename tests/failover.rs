@@ -291,3 +291,96 @@ async fn the_last_model_in_line_relays_its_upstreams_answer() {
         "each model tried once, in order"
     );
 }
+
+/// `shared` on one upstream that ejects after 2 failures, used by three keys: `alpha` and
+/// `beta` of the tenant `team-a` (their `owner`), and `gamma`, a tenant of its own.
+fn shared_upstream(url: &str) -> String {
+    format!(
+        r#"
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstreams:
+  - name: shared
+    url: {url}
+    first_byte_timeout: 250ms
+    eject_after_failures: 2
+    eject_duration: 1h
+    eject_duration_max: 1h
+models:
+  - id: shared
+    upstream: shared
+keys:
+  - {{name: alpha, owner: team-a, sha256: {alpha}}}
+  - {{name: beta, owner: team-a, sha256: {beta}}}
+  - {{name: gamma, sha256: {gamma}}}
+"#,
+        alpha = key_hash(ALPHA),
+        beta = key_hash(BETA),
+        gamma = key_hash(GAMMA),
+    )
+}
+
+const GAMMA: &str = "sk-test-gamma-0123456789";
+
+#[tokio::test]
+async fn one_tenants_first_byte_timeouts_never_eject_a_shared_upstream_two_tenants_do() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&shared_upstream(&mock.url())).await;
+    // Requests the backend takes longer than first_byte_timeout to answer (a long prompt,
+    // a large max_tokens): one tenant's, from both of its keys, many in a row.
+    mock.set_default(Reply::Silent);
+    for key in [ALPHA, ALPHA, BETA, ALPHA, BETA] {
+        let response = chat(gw.addr(), key, &chat_body("shared")).await;
+        assert_eq!(
+            response.error().2,
+            "upstream_timeout",
+            "{}",
+            response.text()
+        );
+    }
+    assert_eq!(
+        gw.gateway().upstreams.availability("shared"),
+        sluice::upstream::Availability::Available,
+        "one tenant's slow requests never eject the upstream"
+    );
+    assert_eq!(
+        gw.metric(r#"sluice_upstream_ejections_total{upstream="shared"}"#),
+        0.0
+    );
+    mock.set_default(Reply::completion());
+    let other = chat(gw.addr(), GAMMA, &chat_body("shared")).await;
+    assert_eq!(
+        other.status,
+        200,
+        "another tenant is still served: {}",
+        other.text()
+    );
+
+    // The same failures from two tenants in one streak: the upstream is unwell.
+    mock.set_default(Reply::Silent);
+    for key in [ALPHA, GAMMA] {
+        let response = chat(gw.addr(), key, &chat_body("shared")).await;
+        assert_eq!(
+            response.error().2,
+            "upstream_timeout",
+            "{}",
+            response.text()
+        );
+    }
+    assert!(
+        matches!(
+            gw.gateway().upstreams.availability("shared"),
+            sluice::upstream::Availability::Ejected { .. }
+        ),
+        "two tenants' failures eject it"
+    );
+    let sent = mock.requests().len();
+    let refused = chat(gw.addr(), BETA, &chat_body("shared")).await;
+    let (status, _, code, _) = refused.error();
+    assert_eq!((status, code.as_str()), (503, "no_healthy_upstream"));
+    assert_eq!(
+        mock.requests().len(),
+        sent,
+        "nothing reaches an ejected upstream"
+    );
+}

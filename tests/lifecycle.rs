@@ -1,5 +1,6 @@
 //! The binary's lifecycle: SIGHUP reloads, SIGTERM drains (readiness turns 503, a stream in
-//! flight completes, the process exits as soon as it is done, not after the grace period).
+//! flight completes, the process exits as soon as it is done, not after the grace period;
+//! what is still running when the grace ends is cut and logged).
 
 mod common;
 use common::*;
@@ -143,6 +144,77 @@ async fn sigterm_lets_a_stream_in_flight_finish_then_exits_at_once() {
     assert!(
         stdout.contains("\"status\":200") && stdout.contains("\"stream\":true"),
         "the stream was logged"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_still_running_when_the_grace_ends_are_cut_and_logged() {
+    let mock = MockUpstream::start().await;
+    let dir = temp_dir("sigterm-cut");
+    let path = write_config(&dir, &mock.url(), "shutdown_grace: 200ms");
+    let process = GatewayProcess::start(&path, &[]);
+    // A stream far longer than the grace, and a request its upstream never answers.
+    mock.push(Reply::stream(1000, Duration::from_millis(100)));
+    let body = r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let mut stream = EventStream::open(process.addr, ALPHA, body).await;
+    stream.next_event().await.expect("the stream has started");
+    mock.push(Reply::Silent);
+    let addr = process.addr;
+    let waiting = tokio::spawn(async move { chat(addr, ALPHA, &chat_body("chat-model")).await });
+    mock.wait_until("both requests reach the upstream", |m| {
+        m.requests().len() == 2
+    })
+    .await;
+
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || process.stop())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("\"abandoned\":2"),
+        "both were cut: {stderr}"
+    );
+    let unanswered = waiting.await.unwrap();
+    assert_eq!(
+        (unanswered.status, unanswered.error().2.as_str()),
+        (503, "overloaded"),
+        "a request with no answer yet gets 503, not a closed connection: {}",
+        unanswered.text()
+    );
+    let rest = stream.rest().await;
+    assert_ne!(
+        rest.last().map(String::as_str),
+        Some("[DONE]"),
+        "the stream was cut: {rest:?}"
+    );
+
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let cut: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["cut_by_shutdown"] == true)
+        .collect();
+    assert_eq!(cut.len(), 2, "one line each, marked: {stdout}");
+    assert!(
+        cut.iter().any(|l| l["status"] == 200
+            && l["stream"] == true
+            && l["upstream"] == "mock"
+            && l["cut"] == true),
+        "the stream's line has the status its client saw: {stdout}"
+    );
+    assert!(
+        cut.iter()
+            .any(|l| l["status"] == 503 && l["error_code"] == "overloaded"),
+        "the unanswered request's line has the 503 it got: {stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["cut_by_shutdown"].is_null() || l["cut_by_shutdown"] == true),
+        "the field is only there when true"
     );
     let _ = std::fs::remove_dir_all(dir);
 }

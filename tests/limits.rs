@@ -234,6 +234,61 @@ async fn the_rate_is_exact_and_retry_after_is_what_it_takes() {
     );
 }
 
+/// The number in "Retry after N ms." taken from a 429's message.
+fn wait_in_message(response: &Response) -> u64 {
+    let message = response.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let number = message
+        .split("Retry after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok());
+    number.unwrap_or_else(|| panic!("the message states a wait: {message}"))
+}
+
+#[tokio::test]
+async fn a_429_states_one_wait_in_its_message_header_and_log_line() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&limited_config(
+        &mock.url(),
+        "    requests_per_minute: 60\n    burst: 1",
+        "",
+    ))
+    .await;
+    assert_eq!(
+        chat(gw.addr(), LIMITED, &chat_body("chat-model"))
+            .await
+            .status,
+        200
+    );
+    // 0.3 ms later the wait is 999.7 ms: not a whole number of milliseconds.
+    gw.clock.advance(Duration::from_micros(300));
+    let refused = chat(gw.addr(), LIMITED, &chat_body("chat-model")).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(
+        refused.header("retry-after-ms"),
+        Some("1000"),
+        "rounded up: a client that waits this long is admitted"
+    );
+    assert_eq!(
+        wait_in_message(&refused),
+        1000,
+        "the message states the header's wait, not one a millisecond short"
+    );
+    let lines = gw.log_lines(2).await;
+    assert_eq!(
+        lines[1]["retry_after_ms"], 1000,
+        "the log line states it too"
+    );
+    assert_eq!(
+        lines[1]["error_message"],
+        refused.json()["error"]["message"],
+        "and the same message"
+    );
+}
+
 #[tokio::test]
 async fn rate_is_checked_before_concurrency_and_before_the_body() {
     let mock = MockUpstream::start().await;

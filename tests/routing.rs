@@ -32,8 +32,10 @@ models:
     capabilities: [streaming]
 keys:
   - {{name: alpha, sha256: {hash}}}
+  - {{name: beta, sha256: {beta}}}
 "#,
-        hash = key_hash(ALPHA)
+        hash = key_hash(ALPHA),
+        beta = key_hash(BETA)
     )
 }
 
@@ -87,9 +89,10 @@ async fn an_ejected_target_comes_back_after_its_backoff_which_doubles() {
     let policy = "    eject_after_failures: 2\n    eject_duration: 10s";
     let gw = TestGateway::start(&two_targets(&a.url(), &dead_url(), policy)).await;
     a.set_default(Reply::json(503, r#"{"error":{"message":"overloaded"}}"#));
-    for _ in 0..2 {
+    // Two tenants' failures: one tenant alone never ejects a shared upstream.
+    for key in [ALPHA, BETA] {
         assert_eq!(
-            chat(gw.addr(), ALPHA, &chat_body("solo")).await.status,
+            chat(gw.addr(), key, &chat_body("solo")).await.status,
             503,
             "the upstream's 503 passes through"
         );
@@ -108,16 +111,18 @@ async fn an_ejected_target_comes_back_after_its_backoff_which_doubles() {
     );
 
     gw.clock.advance(Duration::from_secs(10));
-    assert_eq!(
-        chat(gw.addr(), ALPHA, &chat_body("solo")).await.status,
-        503,
-        "back after 10 s, still failing"
-    );
+    for key in [ALPHA, BETA] {
+        assert_eq!(
+            chat(gw.addr(), key, &chat_body("solo")).await.status,
+            503,
+            "back after 10 s, still failing"
+        );
+    }
     let again = chat(gw.addr(), ALPHA, &chat_body("solo")).await;
     assert_eq!(
         again.header("retry-after"),
         Some("20"),
-        "one failure on return ejects it again, for twice as long"
+        "on return, one failure of each tenant ejects it again, for twice as long"
     );
     gw.clock.advance(Duration::from_secs(20));
     a.set_default(Reply::completion());
@@ -129,7 +134,7 @@ async fn an_ejected_target_comes_back_after_its_backoff_which_doubles() {
     a.set_default(Reply::json(503, "{}"));
     assert_eq!(chat(gw.addr(), ALPHA, &chat_body("solo")).await.status, 503);
     assert_eq!(
-        chat(gw.addr(), ALPHA, &chat_body("solo")).await.status,
+        chat(gw.addr(), BETA, &chat_body("solo")).await.status,
         503,
         "a success reset the count: two failures again"
     );
@@ -338,7 +343,9 @@ async fn an_active_check_brings_an_ejected_upstream_back() {
         "    eject_after_failures: 1\n    eject_duration: 1h\n    eject_duration_max: 1h\n    health_check_interval: 100ms";
     let gw = TestGateway::start(&two_targets(&a.url(), &dead_url(), policy)).await;
     a.push(Reply::json(502, "{}"));
+    a.push(Reply::json(502, "{}"));
     assert_eq!(chat(gw.addr(), ALPHA, &chat_body("solo")).await.status, 502);
+    assert_eq!(chat(gw.addr(), BETA, &chat_body("solo")).await.status, 502);
     assert_eq!(
         chat(gw.addr(), ALPHA, &chat_body("solo")).await.error().2,
         "no_healthy_upstream",
@@ -446,10 +453,10 @@ async fn one_tenants_failing_requests_do_not_eject_a_shared_upstream() {
         200,
         "another tenant is still served"
     );
-    // 503s are the upstream's own sign: two in a row eject it.
-    for _ in 0..2 {
+    // 503s are the upstream's own sign: two in a row, from two tenants, eject it.
+    for key in [ALPHA, BETA] {
         a.push(Reply::json(503, r#"{"error":{"message":"overloaded"}}"#));
-        assert_eq!(chat(gw.addr(), ALPHA, &chat_body("solo")).await.status, 503);
+        assert_eq!(chat(gw.addr(), key, &chat_body("solo")).await.status, 503);
     }
     assert!(matches!(
         gw.gateway().upstreams.availability("a"),

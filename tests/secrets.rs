@@ -177,3 +177,100 @@ async fn no_secret_reaches_logs_or_answers() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An upstream whose error answers echo the credential the gateway sent it: neither the
+/// client's answer nor the access log gets it, in any framing, and the answer's
+/// `Content-Length` is the redacted body's.
+#[tokio::test]
+async fn an_upstream_that_echoes_its_credential_has_it_redacted() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    let echoed = format!(
+        r#"{{"error":{{"message":"bad key: Bearer {UPSTREAM_SECRET} rejected","code":"bad_key"}}}}"#
+    );
+    mock.push(
+        Reply::json(400, &echoed).with_header("x-request-id", &format!("up-{UPSTREAM_SECRET}")),
+    );
+    // Chunked, the credential bare and cut across two chunks.
+    let text = format!(r#"{{"detail":"key {UPSTREAM_SECRET} is over quota"}}"#);
+    let (first, second) = text.split_at(20);
+    mock.push(Reply::Raw(
+        format!(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\n\r\n",
+            first.len(),
+            second.len()
+        )
+        .into_bytes(),
+    ));
+    // An error sent as an event stream.
+    mock.push(Reply::Raw(
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/event-stream\r\n\r\ndata: {{\"error\":{{\"message\":\"upstream key Bearer {UPSTREAM_SECRET}\"}}}}\n\n"
+        )
+        .into_bytes(),
+    ));
+    let auth = format!("Bearer {ALPHA}");
+    let request = request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    );
+    let mut conn = Conn::open(gw.addr()).await;
+    conn.write(&request).await;
+    let json = conn.read_response().await.expect("an answer");
+    assert_eq!(json.status, 400);
+    assert_eq!(
+        json.json()["error"]["message"],
+        "bad key: [redacted] rejected",
+        "the upstream's answer is relayed, redacted"
+    );
+    assert_eq!(
+        json.header("content-length"),
+        Some(json.body.len().to_string().as_str()),
+        "Content-Length is the redacted body's"
+    );
+    // The same connection carries the next request: the framing was right.
+    conn.write(&request).await;
+    let chunked = conn.read_response().await.expect("a second answer");
+    assert_eq!(chunked.status, 500);
+    assert_eq!(
+        chunked.json()["detail"],
+        "key [redacted] is over quota",
+        "redacted across chunks"
+    );
+    let events = chat(
+        gw.addr(),
+        ALPHA,
+        r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    assert_eq!(events.status, 503);
+    assert_eq!(
+        events.text(),
+        "data: {\"error\":{\"message\":\"upstream key [redacted]\"}}\n\n"
+    );
+
+    let lines = gw.log_lines(3).await;
+    let logged = serde_json::to_string(&lines).unwrap();
+    assert!(
+        !logged.contains(UPSTREAM_SECRET),
+        "the access log never holds the credential: {logged}"
+    );
+    assert_eq!(lines[0]["error_message"], "bad key: [redacted] rejected");
+    assert_eq!(lines[0]["upstream_request_id"], "up-[redacted]");
+    assert_eq!(lines[1]["error_message"], "key [redacted] is over quota");
+    for answer in [&json, &chunked, &events] {
+        assert!(
+            !answer.text().contains(UPSTREAM_SECRET)
+                && answer
+                    .headers
+                    .iter()
+                    .all(|(_, v)| !v.contains(UPSTREAM_SECRET)),
+            "no answer holds the credential: {answer:?}"
+        );
+    }
+}

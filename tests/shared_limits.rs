@@ -367,7 +367,7 @@ async fn shared_limits_resume_after_redis_restarts_empty() {
     );
     let mut client = redis.client().await;
     let tat: Option<String> = ::redis::cmd("GET")
-        .arg("sluice:{shared}:requests")
+        .arg("test:sluice:{shared}:requests")
         .query_async(&mut client)
         .await
         .unwrap();

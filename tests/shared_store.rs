@@ -51,7 +51,7 @@ async fn a_refund_and_a_debt_settled_on_one_replica_are_seen_by_another() {
 
     // 2000 used against 300 reserved on A: the key owes more than its day.
     mock.push(json_with_usage(
-        r#"{"prompt_tokens":100,"completion_tokens":1900}"#,
+        r#"{"prompt_tokens":1900,"completion_tokens":100}"#,
     ));
     let third = chat(a.addr(), SHARED, &body).await;
     assert_eq!(third.status, 200);
@@ -152,7 +152,7 @@ async fn a_redis_cluster_holds_each_keys_limits_on_the_node_of_its_slot() {
         let name = format!("team{n}");
         let slot: u16 = ::redis::cmd("CLUSTER")
             .arg("KEYSLOT")
-            .arg(format!("sluice:{{{name}}}:requests"))
+            .arg(format!("test:sluice:{{{name}}}:requests"))
             .query_async(&mut probe)
             .await
             .unwrap();
@@ -205,7 +205,7 @@ async fn a_redis_cluster_holds_each_keys_limits_on_the_node_of_its_slot() {
         );
         // The key's state is on the node that holds its slot (the others answer MOVED).
         let held: i64 = ::redis::cmd("EXISTS")
-            .arg(format!("sluice:{{{name}}}:requests"))
+            .arg(format!("test:sluice:{{{name}}}:requests"))
             .query_async(&mut cluster.node_of(*slot).client().await)
             .await
             .unwrap();

@@ -342,10 +342,11 @@ async fn a_refund_lets_more_requests_fit_and_overage_puts_the_key_in_debt() {
     );
     gw.log_lines(11).await;
 
-    // An answer that used 2000 tokens against a reservation of 300.
+    // An answer that used 2000 tokens against a reservation of 300 (its input was
+    // underestimated: the output stays within the request's limit, so it is believed).
     gw.clock.advance(Duration::from_secs(60));
     mock.push(json_with_usage(
-        r#"{"prompt_tokens":100,"completion_tokens":1900}"#,
+        r#"{"prompt_tokens":1900,"completion_tokens":100}"#,
     ));
     assert_eq!(chat(gw.addr(), LIMITED, &body).await.status, 200);
     gw.log_lines(12).await;

@@ -69,7 +69,7 @@ async fn a_request_is_a_server_span_under_the_callers_with_one_attempt_under_it(
     let (mock, receiver) = (MockUpstream::start().await, OtlpReceiver::start().await);
     let section = tracing_section(
         &receiver.endpoint(),
-        "  headers: {x-collector-token: t0ken}\n",
+        "  headers: {x-collector-token: t0ken}\n  trust_incoming: true\n",
     );
     let gw = TestGateway::start(&config_with(&mock.url(), &section)).await;
     let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");

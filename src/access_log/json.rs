@@ -69,6 +69,10 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     if let Some(id) = record.upstream_request_id {
         object.string("upstream_request_id", id);
     }
+    if record.cut_by_shutdown {
+        object.name("cut_by_shutdown");
+        object.out.extend_from_slice(b"true");
+    }
     object.nullable_integer("input_tokens", record.input_tokens);
     object.nullable_integer("output_tokens", record.output_tokens);
     object.nullable_integer("reserved_tokens", record.reserved_tokens);
@@ -248,6 +252,7 @@ mod tests {
             upstream_status: Some(503),
             upstream_error_code: Some("overloaded"),
             upstream_request_id: Some("req_9"),
+            cut_by_shutdown: true,
             input_tokens: Some(12),
             output_tokens: Some(u64::MAX),
             reserved_tokens: Some(0),

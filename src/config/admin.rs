@@ -31,8 +31,11 @@ pub(super) fn admin_tokens(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<AdminToken> {
     let mut tokens = Vec::new();
+    // Where each token was written, for a duplicate's message.
+    let mut paths = Vec::new();
     if let Some(name) = token_env {
         if let Some(token) = credential(errors, "admin_token_env", name, env) {
+            paths.push("admin_token_env".to_string());
             tokens.push(AdminToken {
                 name: ENV_TOKEN_NAME.into(),
                 hash: KeyHash::of(token.expose().as_bytes()),
@@ -71,18 +74,18 @@ pub(super) fn admin_tokens(
             }
         };
         if let (Some(name), Some(hash)) = (name, hash) {
+            paths.push(parsed.path.clone());
             tokens.push(AdminToken {
                 name: name.to_owned(),
                 hash,
             });
         }
     }
-    check_unique(
-        errors,
-        "admin_tokens",
-        tokens.iter().map(|t| t.name.as_str()),
-        "name",
-    );
+    let names = paths
+        .iter()
+        .map(String::as_str)
+        .zip(tokens.iter().map(|t| t.name.as_str()));
+    check_unique(errors, "name", names);
     if tokens.is_empty() && admin_listen.is_some_and(|addr| !addr.ip().is_loopback()) {
         errors.warn(
             "admin_listen",

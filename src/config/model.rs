@@ -20,11 +20,10 @@ pub(super) fn models(
     upstreams: Option<&[String]>,
 ) -> Vec<ModelConfig> {
     let raw_models: Vec<Parsed<RawModel>> = items(errors, "models", values);
-    let ids: Vec<&str> = raw_models
+    let ids = raw_models
         .iter()
-        .filter_map(|m| m.raw.id.as_deref())
-        .collect();
-    check_unique(errors, "models", ids.iter().copied(), "id");
+        .filter_map(|m| Some((m.path.as_str(), m.raw.id.as_deref()?)));
+    check_unique(errors, "id", ids);
     check_fallbacks(errors, &raw_models);
     raw_models
         .into_iter()

@@ -42,7 +42,8 @@ impl<T> Parsed<T> {
 }
 
 impl Errors {
-    /// Reads a whole file's text. A YAML syntax error stops it (reported with its line);
+    /// Reads a whole file's text. A YAML syntax error stops it (reported with its line and
+    /// key path, `syntax.rs`);
     /// anything else is reported field by field.
     pub(super) fn document<T: DeserializeOwned>(&mut self, text: &str) -> Option<Parsed<T>> {
         let value = match serde_yaml::from_str::<Value>(text) {
@@ -50,7 +51,8 @@ impl Errors {
             Ok(Value::Null) => Value::Mapping(Default::default()),
             Ok(value) => value,
             Err(error) => {
-                self.push("", error.to_string());
+                let (place, message) = super::syntax::describe(text, &error);
+                self.push(place, message);
                 return None;
             }
         };
@@ -133,10 +135,60 @@ fn message(path: &str, error: &serde_yaml::Error) -> String {
         .strip_prefix(path)
         .and_then(|rest| rest.strip_prefix(": "))
         .unwrap_or(&text);
-    match text.find(" at line ") {
-        Some(at) if error.location().is_some() => text[..at].to_string(),
-        _ => text.to_string(),
+    let text = match text.find(" at line ") {
+        Some(at) if error.location().is_some() => &text[..at],
+        _ => text,
+    };
+    // Rust's names for numbers mean nothing to whoever writes the file.
+    let mut text = text.to_string();
+    for (rust, ours) in [
+        ("expected u32", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected usize", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        text = text.replace(rust, ours);
     }
+    if let Some(suggestion) = did_you_mean(&text) {
+        text = format!("{text}; did you mean `{suggestion}`?");
+    }
+    text
+}
+
+/// For serde's "unknown field `idle_timeuot`, expected one of `a`, `b`": the expected name
+/// closest to the unknown one, when it is close enough to be a typo of it.
+fn did_you_mean(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest.split_once("expected ")?.1;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| (edit_distance(unknown, name), name))
+        .filter(|(distance, _)| *distance <= 2.max(unknown.len() / 4))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein distance, with a swap of two neighbours counting as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![(0..=b.len()).collect::<Vec<usize>>(); a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let substitution = rows[i - 1][j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            let mut best = substitution.min(rows[i - 1][j] + 1).min(rows[i][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
 }
 
 /// Reads each item of a list on its own, with its path (`upstreams[2]`).

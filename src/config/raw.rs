@@ -16,15 +16,15 @@ pub(super) struct RawConfig {
     pub(super) hosts: Vec<String>,
     pub(super) threads: Option<usize>,
     pub(super) max_concurrent: Option<u32>,
-    pub(super) shutdown_grace: Option<String>,
-    pub(super) client_timeout: Option<String>,
-    pub(super) client_header_timeout: Option<String>,
-    pub(super) client_idle_timeout: Option<String>,
+    pub(super) shutdown_grace: Option<RawDuration>,
+    pub(super) client_timeout: Option<RawDuration>,
+    pub(super) client_header_timeout: Option<RawDuration>,
+    pub(super) client_idle_timeout: Option<RawDuration>,
     pub(super) max_connections: Option<u32>,
     pub(super) max_header_bytes: Option<RawSize>,
     pub(super) retry_attempts: Option<u32>,
-    pub(super) retry_backoff: Option<String>,
-    pub(super) watch_interval: Option<String>,
+    pub(super) retry_backoff: Option<RawDuration>,
+    pub(super) watch_interval: Option<RawDuration>,
     pub(super) log_level: Option<String>,
     pub(super) echo_upstream: Option<RawEcho>,
     pub(super) keys_file: Option<String>,
@@ -42,6 +42,58 @@ pub(super) struct RawConfig {
     pub(super) keys: Vec<serde_yaml::Value>,
 }
 
+/// A duration as written (`30s`), checked by `values::duration`. A bare number is refused
+/// here with a hint, since it has no unit: serde alone would say "expected a string".
+pub(super) struct RawDuration(String);
+
+impl std::ops::Deref for RawDuration {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DurationVisitor)
+    }
+}
+
+struct DurationVisitor;
+
+impl DurationVisitor {
+    fn bare<E: serde::de::Error>(number: impl std::fmt::Display) -> E {
+        E::custom(format!(
+            "`{number}` is a bare number: add a unit, e.g. 30s (150ms, 2s, 5m, 1h)"
+        ))
+    }
+}
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = RawDuration;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a duration with a unit, e.g. 30s")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RawDuration, E> {
+        Ok(RawDuration(text.to_string()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<RawDuration, E> {
+        Err(Self::bare(number))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<RawDuration, E> {
+        Err(Self::bare(number))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<RawDuration, E> {
+        Err(Self::bare(number))
+    }
+}
+
 /// `max_body_bytes`: a plain byte count, or text with a unit for [`super::parse_size`].
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -57,10 +109,11 @@ pub(super) struct RawLimitsStore {
     pub(super) cluster: Option<bool>,
     pub(super) password_env: Option<String>,
     pub(super) ca_file: Option<String>,
-    pub(super) timeout: Option<String>,
+    pub(super) timeout: Option<RawDuration>,
     pub(super) on_error: Option<String>,
     pub(super) expected_replicas: Option<u32>,
-    pub(super) lease_lifetime: Option<String>,
+    pub(super) lease_lifetime: Option<RawDuration>,
+    pub(super) namespace: Option<String>,
 }
 
 /// `response_ids:` (validated in `response_ids.rs`).
@@ -115,19 +168,19 @@ pub(super) struct RawUpstream {
     pub(super) auth_scheme: Option<String>,
     pub(super) headers: Option<std::collections::BTreeMap<String, serde_yaml::Value>>,
     pub(super) query: Option<std::collections::BTreeMap<String, serde_yaml::Value>>,
-    pub(super) connect_timeout: Option<String>,
-    pub(super) first_byte_timeout: Option<String>,
-    pub(super) idle_timeout: Option<String>,
-    pub(super) total_timeout: Option<String>,
+    pub(super) connect_timeout: Option<RawDuration>,
+    pub(super) first_byte_timeout: Option<RawDuration>,
+    pub(super) idle_timeout: Option<RawDuration>,
+    pub(super) total_timeout: Option<RawDuration>,
     pub(super) max_concurrent: Option<u32>,
     pub(super) max_queue: Option<u32>,
-    pub(super) queue_timeout: Option<String>,
-    pub(super) rate_limit_cooldown: Option<String>,
+    pub(super) queue_timeout: Option<RawDuration>,
+    pub(super) rate_limit_cooldown: Option<RawDuration>,
     pub(super) retry_on: Option<Vec<serde_yaml::Value>>,
     pub(super) eject_after_failures: Option<u32>,
-    pub(super) eject_duration: Option<String>,
-    pub(super) eject_duration_max: Option<String>,
-    pub(super) health_check_interval: Option<String>,
+    pub(super) eject_duration: Option<RawDuration>,
+    pub(super) eject_duration_max: Option<RawDuration>,
+    pub(super) health_check_interval: Option<RawDuration>,
     pub(super) stream_usage: Option<String>,
 }
 

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Client connections open at once when `max_connections` is not set.
+/// `environment` when none is configured.
+pub(super) const DEFAULT_ENVIRONMENT: &str = "production";
+
 const DEFAULT_MAX_CONNECTIONS: NonZeroU32 = NonZeroU32::new(10_000).unwrap();
 
 /// Everything of [`Config`] but its lists, checked; a listener is `None` only after an
@@ -152,7 +155,7 @@ pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Setti
         environment: raw
             .environment
             .clone()
-            .unwrap_or_else(|| "production".into()),
+            .unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
         max_body_bytes,
         hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
         threads,

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 /// The section checked: a `redis://` or `rediss://` URL without a password (that comes from
 /// `password_env`), the CA of a `rediss://` store if it is not the system's, a per-call
-/// timeout, what to do when the store fails.
+/// timeout, what to do when the store fails, and the namespace of its key names (by default
+/// `environment`).
 pub(super) fn limits_store(
     errors: &mut Errors,
     raw: Option<&RawLimitsStore>,
+    environment: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<LimitsStoreConfig> {
     let raw = raw?;
@@ -81,6 +83,7 @@ pub(super) fn limits_store(
             NonZeroU32::MIN
         }
     };
+    let namespace = check_namespace(errors, raw.namespace.as_deref(), environment);
     if errors.list.len() > before {
         return None;
     }
@@ -93,7 +96,38 @@ pub(super) fn limits_store(
         on_error,
         expected_replicas,
         lease_lifetime: lease_lifetime?,
+        namespace: namespace?,
     })
+}
+
+/// Longest namespace accepted.
+const MAX_NAMESPACE_BYTES: usize = 64;
+
+/// The namespace, or `environment` when none is set: 1-64 characters of `[A-Za-z0-9._-]`
+/// (no `{` or `}`, which would change a key's Redis Cluster hash tag; no `:`, which
+/// separates the parts of a key name).
+fn check_namespace(
+    errors: &mut Errors,
+    namespace: Option<&str>,
+    environment: &str,
+) -> Option<String> {
+    let value = namespace.unwrap_or(environment);
+    let valid = (1..=MAX_NAMESPACE_BYTES).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if valid {
+        return Some(value.to_owned());
+    }
+    const CHARACTERS: &str = "1-64 characters of letters, digits, '.', '_' and '-'";
+    let message = match namespace {
+        Some(_) => format!("must be {CHARACTERS}"),
+        None => format!(
+            "is not set, and its default, the environment '{environment}', is not {CHARACTERS}: set one"
+        ),
+    };
+    errors.push("limits_store.namespace", message);
+    None
 }
 
 fn check_url(errors: &mut Errors, url: &str) -> Option<String> {

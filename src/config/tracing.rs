@@ -52,7 +52,7 @@ pub(super) fn tracing(errors: &mut Errors, raw: Option<&RawTracing>) -> Option<T
         service_name,
         sample_ratio,
         headers,
-        trust_incoming: raw.trust_incoming.unwrap_or(true),
+        trust_incoming: raw.trust_incoming.unwrap_or(false),
     })
 }
 
@@ -109,8 +109,8 @@ mod tests {
         assert_eq!(config.service_name, "sluice");
         assert_eq!(config.sample_ratio, 1.0);
         assert!(
-            config.trust_incoming,
-            "an incoming parent is trusted by default"
+            !config.trust_incoming,
+            "an incoming parent is not trusted by default: the gateway is an edge"
         );
         let written = tracing(&mut errors, Some(&raw("http://c:4318/custom/path"))).unwrap();
         assert_eq!(written.otlp_endpoint, "http://c:4318/custom/path");

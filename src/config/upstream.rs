@@ -32,12 +32,10 @@ pub(super) fn upstreams(
         .iter()
         .filter_map(|u| u.raw.name.clone())
         .collect();
-    check_unique(
-        errors,
-        "upstreams",
-        declared.iter().map(String::as_str),
-        "name",
-    );
+    let names = raw_upstreams
+        .iter()
+        .filter_map(|u| Some((u.path.as_str(), u.raw.name.as_deref()?)));
+    check_unique(errors, "name", names);
     let upstreams = raw_upstreams
         .into_iter()
         .filter_map(|parsed| upstream(errors, parsed, env, lookup))

@@ -118,18 +118,23 @@ pub(super) fn check_name(errors: &mut Errors, path: &str, name: &str) {
     }
 }
 
-/// Reports each value of `list` seen before, naming it by `field` (a hash is not shown).
+/// Reports each item whose `field` repeats an earlier item's, at the later one and naming
+/// the first: `models[3].id: duplicates models[0] ('m')`. `items` are (item path, value).
 pub(super) fn check_unique<'a>(
     errors: &mut Errors,
-    list: &str,
-    values: impl Iterator<Item = &'a str>,
     field: &str,
+    items: impl Iterator<Item = (&'a str, &'a str)>,
 ) {
-    let mut seen = std::collections::HashSet::new();
-    for value in values {
-        if !seen.insert(value) {
-            let shown = if field == "sha256" { "(a hash)" } else { value };
-            errors.push(list, format!("two entries share the {field} {shown}"));
+    let mut first_seen = std::collections::HashMap::new();
+    for (path, value) in items {
+        match first_seen.get(value) {
+            Some(first) => errors.push(
+                format!("{path}.{field}"),
+                format!("duplicates {first} ('{value}'): each {field} must be unique"),
+            ),
+            None => {
+                first_seen.insert(value, path);
+            }
         }
     }
 }
@@ -138,9 +143,17 @@ pub(super) fn socket_addr(errors: &mut Errors, path: &str, text: &str) -> Option
     match text.parse() {
         Ok(addr) => Some(addr),
         Err(_) => {
+            // The commonest slip: a port past 65535 (one digit too many).
+            let port = text.rsplit_once(':').map(|(_, port)| port);
+            let why = match port.and_then(|p| p.parse::<u64>().ok()) {
+                Some(port) if port > u64::from(u16::MAX) => {
+                    format!(": port {port} is past 65535")
+                }
+                _ => String::new(),
+            };
             errors.push(
                 path,
-                format!("'{text}' is not an address like 127.0.0.1:8080"),
+                format!("'{text}' is not an address like 127.0.0.1:8080{why}"),
             );
             None
         }

@@ -16,13 +16,10 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-/// The hash of every key switch: key name to its switch, as JSON.
-const SWITCHES_KEY: &str = "sluice:key-switches";
-
-/// The Redis key of a key's `what` (`requests`, `tokens`, `leases`): the names `store.rs`
-/// gives them (their hash tag is the key's name).
-fn limit_key(name: &str, what: &str) -> String {
-    format!("sluice:{{{name}}}:{what}")
+/// The hash of every key switch, after the store's namespace: key name to its switch, as
+/// JSON.
+fn switches_key(namespace: &str) -> String {
+    format!("{namespace}:sluice:key-switches")
 }
 
 /// Reads the key's stored values and Redis's clock, changing nothing. Numbers come back as
@@ -53,6 +50,8 @@ pub struct AdminStore {
     connection: OnceCell<Connection>,
     timeout: Duration,
     view: Script,
+    /// `limits_store.namespace`: what every Redis key name starts with.
+    namespace: String,
 }
 
 impl AdminStore {
@@ -62,6 +61,7 @@ impl AdminStore {
             connection: OnceCell::new(),
             timeout: config.timeout,
             view: Script::new(VIEW),
+            namespace: config.namespace.clone(),
         })
     }
 
@@ -96,8 +96,9 @@ impl AdminStore {
     /// The key's windows as the store holds them; `None` when the store does not answer.
     pub async fn limits(&self, key: &Key) -> Option<StoredLimits> {
         let mut invocation = self.view.prepare_invoke();
-        for what in ["requests", "tokens", "leases"] {
-            invocation.key(limit_key(&key.name, what));
+        // The names `store.rs` gives them (their hash tag is the key's name).
+        for redis_key in super::store::redis_keys(&self.namespace, &key.name) {
+            invocation.key(redis_key);
         }
         let values: Vec<String> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
@@ -128,19 +129,18 @@ impl AdminStore {
     /// took it.
     pub async fn switch(&self, name: &str, switch: Option<&Switch>) -> bool {
         let name = name.to_owned();
+        let hash = switches_key(&self.namespace);
         match switch {
             Some(switch) => {
                 let Ok(value) = serde_json::to_string(switch) else {
                     return false;
                 };
-                self.call(
-                    |mut c| async move { c.hset::<_, _, _, i64>(SWITCHES_KEY, name, value).await },
-                )
-                .await
-                .is_some()
+                self.call(|mut c| async move { c.hset::<_, _, _, i64>(hash, name, value).await })
+                    .await
+                    .is_some()
             }
             None => self
-                .call(|mut c| async move { c.hdel::<_, _, i64>(SWITCHES_KEY, name).await })
+                .call(|mut c| async move { c.hdel::<_, _, i64>(hash, name).await })
                 .await
                 .is_some(),
         }
@@ -149,8 +149,9 @@ impl AdminStore {
     /// Every key switch the store holds; `None` when it does not answer. An entry that is
     /// not a switch (written by hand) still switches its key off, by nobody known.
     pub async fn switches(&self) -> Option<HashMap<String, Switch>> {
+        let hash = switches_key(&self.namespace);
         let stored: HashMap<String, String> = self
-            .call(|mut c| async move { c.hgetall(SWITCHES_KEY).await })
+            .call(|mut c| async move { c.hgetall(hash).await })
             .await?;
         Some(
             stored

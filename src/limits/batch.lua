@@ -1,37 +1,47 @@
 -- Sluice: one call for one key, atomically, on Redis's clock (microseconds). First the
--- settlements of requests that ended, then the admissions of requests that arrived, in
--- their order. A replica sends one call per key at a time; whatever gathers meanwhile
--- travels in the next.
+-- settlements of requests that ended, then the leases this replica still holds, then the
+-- admissions of requests that arrived, in their order. A replica sends one call per key at
+-- a time; whatever gathers meanwhile travels in the next.
 -- KEYS[1] request rate arrival time; KEYS[2] token windows (hash: mt, ml, dt, dl: arrival
 -- time and the limit it was computed under, per window); KEYS[3] leases (sorted set:
 -- lease id -> expiry). All three share the key's hash tag.
 -- ARGV: requests per minute, burst, tokens per minute, tokens per day, max concurrent,
 -- lease lifetime (us), 0 meaning "no such limit"; then the number of settlements and four
 -- values each: tokens reserved per minute, per day (-1: none), tokens used (-1: unknown,
--- the reservation stands), lease id ('': none); then the number of admissions and two
--- values each: estimate, lease id ('': none).
+-- the reservation stands), lease id ('': none); then the number of leases to keep and
+-- their ids (each held again for one lifetime, re-created if the store lost it); then the
+-- number of admissions and two values each: estimate, lease id ('': none).
 -- Returns ten values per admission: {verdict, wait_us, rate_remaining, rate_reset_us,
 -- token_window, token_limit, token_remaining, token_reset_us, reserved_minute,
 -- reserved_day}; verdict 0 admitted, 1 request rate, 2 concurrency, 3 tokens; token_window
 -- 0 none, 1 minute, 2 day; reserved -1 for a window the key does not have.
+-- Every number handed to Redis is formatted as an integer, and no arrival time runs more
+-- than its period plus seven days ahead of the clock, so no value overflows whatever a
+-- settlement carries.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local per_minute, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local limits = {tonumber(ARGV[3]), tonumber(ARGV[4])}
 local max_concurrent, lifetime = tonumber(ARGV[5]), tonumber(ARGV[6])
 local periods = {60000000, 86400000000}
-local function int(x) return string.format('%.0f', x) end
+local max_debt = 604800000000
+local function int(x) return string.format('%.0f', math.floor(x)) end
+local function bounded(tat, period) return math.min(tat, now + period + max_debt) end
 
--- The token windows as stored: arrival time and the limit it was computed under.
+-- The token windows as stored: arrival time and the limit it was computed under. A window
+-- the store no longer holds (drained and expired, or a store restarted empty) starts empty
+-- under the limit of this call, so a settlement that comes late still applies.
 local stored = redis.call('HMGET', KEYS[2], 'mt', 'ml', 'dt', 'dl')
 local windows = {}
 for i = 1, 2 do
-  windows[i] = {tat = tonumber(stored[2 * i - 1] or '0'), limit = tonumber(stored[2 * i] or '0'),
+  local w = {tat = tonumber(stored[2 * i - 1] or '0'), limit = tonumber(stored[2 * i] or '0'),
     dirty = false}
+  if w.limit == 0 then w.tat, w.limit = 0, limits[i] end
+  windows[i] = w
 end
 
 -- Settlements: refund what was over-reserved, take what went beyond it (into debt if need
--- be), under the limit the reservation was made with; give the leases back.
+-- be), under the window's limit; give the leases back.
 local settlements = tonumber(ARGV[7])
 local returned = {}
 local at = 8
@@ -47,7 +57,7 @@ for _ = 1, settlements do
         if owed < held then
           w.tat = w.tat - (held - owed)
         else
-          w.tat = math.max(w.tat, now) + (owed - held)
+          w.tat = bounded(math.max(w.tat, now) + (owed - held), periods[i])
         end
         w.dirty = true
       end
@@ -59,12 +69,28 @@ if #returned > 0 then
   redis.call('ZREM', KEYS[3], unpack(returned))
 end
 
+-- Leases of requests still running on the replica: held one more lifetime, re-created if
+-- the store lost them (restarted empty, failed over), so they count against the limit.
+local kept = tonumber(ARGV[at])
+at = at + 1
+if kept > 0 then
+  local members = {}
+  for _ = 1, kept do
+    members[#members + 1] = int(now + lifetime)
+    members[#members + 1] = ARGV[at]
+    at = at + 1
+  end
+  redis.call('ZADD', KEYS[3], unpack(members))
+  redis.call('PEXPIRE', KEYS[3], int(math.ceil(lifetime / 1000) + 1000))
+end
+
 -- A changed limit keeps the tokens the window holds.
 for i = 1, 2 do
   local w, limit = windows[i], limits[i]
   if limit > 0 and w.limit > 0 and w.limit ~= limit then
     local held = math.floor(math.max(w.tat - now, 0) * w.limit / periods[i])
-    w.tat = now + held * periods[i] / limit
+    -- Stored at once, so the window drains at the new rate from now on.
+    w.tat, w.dirty = bounded(now + held * periods[i] / limit, periods[i]), true
   end
   if limit > 0 then w.limit = limit end
 end
@@ -75,11 +101,16 @@ local interval, window, rate_tat, rate_dirty = 0, 0, 0, false
 if per_minute > 0 and admissions > 0 then
   interval = 60000000 / per_minute
   window = interval * burst
-  rate_tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+  -- Never further ahead than the window under the limits of this call: a raised rate
+  -- (a shorter window) must not leave a wait the new limits would never give.
+  -- Stored at once when clamped, so the wait counts down at the new rate.
+  local stored_tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+  rate_tat = math.min(stored_tat, now + window)
+  rate_dirty = rate_tat < stored_tat
 end
 local in_flight = 0
 if max_concurrent > 0 and admissions > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
   in_flight = redis.call('ZCARD', KEYS[3])
 end
 
@@ -89,19 +120,14 @@ for _ = 1, admissions do
   local estimate, lease = tonumber(ARGV[at]), ARGV[at + 1]
   at = at + 2
 
-  local rate_after, rate_remaining, rate_reset, rate_wait = nil, -1, 0, 0
+  local rate_after, rate_wait = nil, 0
   if per_minute > 0 then
     local after = math.max(rate_tat, now) + interval
-    local held = after
     if after - now > window then
       rate_wait = after - now - window
-      held = rate_tat
     else
       rate_after = after
     end
-    local backlog = math.max(held - now, 0)
-    rate_remaining = math.floor((window - backlog) / interval)
-    rate_reset = backlog
   end
 
   local buckets = {}
@@ -141,6 +167,14 @@ for _ = 1, admissions do
     end
   end
 
+  -- The rate's position after this request if admitted, without it if refused.
+  local rate_remaining, rate_reset = -1, 0
+  if per_minute > 0 then
+    local backlog = math.min(math.max(rate_tat - now, 0), window)
+    rate_remaining = math.max(math.floor((window - backlog) / interval), 0)
+    rate_reset = backlog
+  end
+
   -- The window with the fewest tokens left, as the headers show it.
   local shown, token_limit, token_remaining, token_reset = 0, 0, 0, 0
   local reserved = {-1, -1}
@@ -154,14 +188,17 @@ for _ = 1, admissions do
       end
     end
   end
-  local answer = {verdict, math.ceil(wait), rate_remaining, math.ceil(rate_reset), shown,
-    token_limit, token_remaining, math.ceil(token_reset), reserved[1], reserved[2]}
+  local answer = {verdict, math.ceil(math.min(wait, max_debt)), rate_remaining,
+    math.ceil(rate_reset), shown, token_limit, token_remaining,
+    math.ceil(math.min(token_reset, periods[2] + max_debt)), reserved[1], reserved[2]}
   for _, value in ipairs(answer) do answers[#answers + 1] = value end
 end
 
 if rate_dirty then
-  redis.call('SET', KEYS[1], int(rate_tat), 'PX', math.ceil((rate_tat - now) / 1000) + 1000)
+  redis.call('SET', KEYS[1], int(rate_tat), 'PX', int(math.ceil((rate_tat - now) / 1000) + 1000))
 end
+-- The windows live until their debt has drained: every write sets the time to live from
+-- the longest backlog, so a window in debt is never forgotten before it is paid.
 local fields, longest = {}, 0
 local names = {'m', 'd'}
 for i = 1, 2 do
@@ -170,18 +207,16 @@ for i = 1, 2 do
     fields[#fields + 1] = names[i] .. 't'
     fields[#fields + 1] = int(w.tat)
     fields[#fields + 1] = names[i] .. 'l'
-    fields[#fields + 1] = w.limit
+    fields[#fields + 1] = int(w.limit)
   end
   if w.limit > 0 then longest = math.max(longest, w.tat - now) end
 end
 if #fields > 0 then
   redis.call('HSET', KEYS[2], unpack(fields))
-  if longest > 0 then
-    redis.call('PEXPIRE', KEYS[2], math.ceil(longest / 1000) + 1000)
-  end
+  redis.call('PEXPIRE', KEYS[2], int(math.ceil(longest / 1000) + 1000))
 end
 if #taken > 0 then
   redis.call('ZADD', KEYS[3], unpack(taken))
-  redis.call('PEXPIRE', KEYS[3], math.ceil(lifetime / 1000) + 1000)
+  redis.call('PEXPIRE', KEYS[3], int(math.ceil(lifetime / 1000) + 1000))
 end
 return answers

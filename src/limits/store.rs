@@ -9,16 +9,24 @@
 //! requests each, so the store's cost per request falls as the load rises.
 //!
 //! Limit values travel with each call, so a reload applies at once and keeps usage. All of
-//! a key's Redis keys share the hash tag `{name}`. A lease expires by itself unless its
+//! a key's Redis keys start with the store's namespace and share the hash tag `{name}`. A lease expires by itself unless its
 //! replica refreshes it (every third of its lifetime while the request runs), so a replica
 //! that dies holds nothing for longer than one lifetime.
 //!
-//! A call that fails or takes longer than `timeout` marks the store down: admissions stop
-//! calling it (the caller applies `on_error`) and a probe pings it once a second until it
-//! answers. A key refused by the store is refused here, without a call, until its wait is
-//! over (the local gate), so an abusive client cannot load Redis.
+//! A call that cannot reach the store or takes longer than `timeout` marks the store down:
+//! admissions stop calling it (the caller applies `on_error`) and a probe pings it once a
+//! second until it answers. An error the store answers for one key's script (a value of
+//! the wrong type under its name, say) fails that call only: the store stays up for every
+//! other key. A key refused by the store is refused here, without a call, until its wait
+//! is over (the local gate), so an abusive client cannot load Redis.
+//!
+//! Leases survive a store that lost them: every refresh re-creates the leases of this
+//! replica's requests in flight, and when a store that was down answers again, the leases
+//! of every request still running here (those admitted in this process meanwhile
+//! included) are written to it before shared admission resumes.
 
 mod calls;
+mod leases;
 
 use super::connection::{Client, Connection};
 use super::{RateStatus, TokenStatus, Window};
@@ -26,7 +34,8 @@ use crate::catalog::Key;
 use crate::config::LimitsStoreConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use calls::{Limits, Queue, Settlement, Waiting};
+pub use calls::Grant;
+use calls::{Limits, Queue, Waiting};
 use dashmap::DashMap;
 use prometheus::{Histogram, IntCounterVec, IntGauge};
 use redis::Script;
@@ -44,15 +53,17 @@ pub struct Store {
     client: Client,
     connection: OnceCell<Connection>,
     batch: Script,
-    refresh: Script,
     /// Per key: the call in flight, and what waits for the next.
     queues: DashMap<String, Arc<Mutex<Queue>>>,
     up: AtomicBool,
     probing: AtomicBool,
     /// Keys refused by the store: when, until when, and with what.
     gate: DashMap<String, (Instant, Instant, Refusal)>,
-    /// Leases of requests in flight on this replica: lease id to its Redis key.
-    leases: Mutex<std::collections::HashMap<String, String>>,
+    /// Leases of requests in flight on this replica, by key.
+    leases: leases::Leases,
+    /// Per key: the store's last answer on its rate and token windows, and when, for the
+    /// headers of a 429 this replica gives without asking the store.
+    positions: DashMap<String, (Instant, Option<RateStatus>, Option<TokenStatus>)>,
     refreshing: AtomicBool,
     next_lease: AtomicU64,
     /// Tells lease ids of replicas apart.
@@ -85,74 +96,28 @@ pub struct Refusal {
     pub tokens: Option<TokenStatus>,
 }
 
-/// What an admitted request holds in the store until it ends: its lease and its token
-/// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
-/// back and the reservation stands.
-pub struct Grant {
-    store: Arc<Store>,
-    key: String,
-    lease: Option<String>,
-    /// Tokens reserved per window (minute, day); -1: no such window.
-    reserved: [i64; 2],
-    settled: bool,
+/// The Redis keys of a key's limits, after the store's namespace (`limits_store.namespace`):
+/// request rate, token windows, leases, all with the key's name as their hash tag.
+pub(super) fn redis_keys(namespace: &str, name: &str) -> [String; 3] {
+    ["requests", "tokens", "leases"].map(|what| format!("{namespace}:sluice:{{{name}}}:{what}"))
 }
 
-impl Grant {
-    /// The most any window holds for this request (`None` without token windows).
-    pub fn reserved(&self) -> Option<u64> {
-        self.reserved
-            .iter()
-            .filter(|&&n| n >= 0)
-            .map(|&n| n as u64)
-            .max()
-    }
-
-    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
-    /// lease back, in the key's next store call: the response is not held up.
-    pub fn settle(mut self, used: Option<u64>) {
-        self.settled = true;
-        self.queue_settlement(used);
-    }
-
-    /// Puts the settlement in the queue of the key's next store call.
-    fn queue_settlement(&mut self, used: Option<u64>) {
-        let lease = self.lease.take();
-        if let Some(lease) = &lease {
-            self.store
-                .leases
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(lease);
-        }
-        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
-            return;
-        }
-        let settlement = Settlement {
-            reserved: self.reserved,
-            used: used.map_or(-1, |n| n as i64),
-            lease,
-        };
-        self.store
-            .enqueue(&self.key, |queue| queue.settlements.push(settlement));
-    }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.queue_settlement(None);
-        }
-    }
-}
-
-fn rate_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:requests")
-}
-fn tokens_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:tokens")
-}
-fn leases_key(name: &str) -> String {
-    format!("sluice:{{{name}}}:leases")
+/// A position counted down by the time since the store gave it.
+fn counted_down(
+    since: Duration,
+    rate: Option<RateStatus>,
+    tokens: Option<TokenStatus>,
+) -> (Option<RateStatus>, Option<TokenStatus>) {
+    (
+        rate.map(|rate| RateStatus {
+            reset: rate.reset.saturating_sub(since),
+            ..rate
+        }),
+        tokens.map(|tokens| TokenStatus {
+            reset: tokens.reset.saturating_sub(since),
+            ..tokens
+        }),
+    )
 }
 
 impl Store {
@@ -163,12 +128,12 @@ impl Store {
             client,
             connection: OnceCell::new(),
             batch: Script::new(include_str!("batch.lua")),
-            refresh: Script::new(REFRESH),
             queues: DashMap::new(),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             gate: DashMap::new(),
-            leases: Mutex::new(Default::default()),
+            leases: leases::Leases::default(),
+            positions: DashMap::new(),
             refreshing: AtomicBool::new(false),
             next_lease: AtomicU64::new(0),
             replica: rand::random(),
@@ -217,18 +182,24 @@ impl Store {
         let (at, until, refusal) = &*entry;
         let now = Instant::now();
         let left = until.checked_duration_since(now)?;
-        let since = now.duration_since(*at);
+        let (rate, tokens) = counted_down(now.duration_since(*at), refusal.rate, refusal.tokens);
         Some(Refusal {
             error: with_wait(&refusal.error, left),
-            rate: refusal.rate.map(|rate| RateStatus {
-                reset: rate.reset.saturating_sub(since),
-                ..rate
-            }),
-            tokens: refusal.tokens.map(|tokens| TokenStatus {
-                reset: tokens.reset.saturating_sub(since),
-                ..tokens
-            }),
+            rate,
+            tokens,
         })
+    }
+
+    /// The key's rate and token positions as the store last gave them to this replica,
+    /// their resets counted down since (`(None, None)` before its first answer).
+    pub fn last_position(&self, name: &str) -> (Option<RateStatus>, Option<TokenStatus>) {
+        match self.positions.get(name) {
+            Some(entry) => {
+                let (at, rate, tokens) = *entry;
+                counted_down(at.elapsed(), rate, tokens)
+            }
+            None => (None, None),
+        }
     }
 
     /// Forgets the refusals of the local gate (a reload may have changed the limits).
@@ -243,10 +214,7 @@ impl Store {
             return Shared::Unavailable;
         }
         self.start_refreshing();
-        let lease = key.max_concurrent.map(|_| {
-            let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
-            format!("{:016x}-{n}", self.replica)
-        });
+        let lease = key.max_concurrent.map(|_| self.new_lease());
         let per_minute = key.requests_per_minute.map_or(0, |n| n.get());
         let limits = Limits {
             per_minute,
@@ -269,7 +237,9 @@ impl Store {
             self.probe();
             return Shared::Unavailable;
         };
-        let micros = |n: i64| Duration::from_micros(n.max(0) as u64);
+        // Waits and resets within what the script bounds them to, whatever it answered.
+        let bound = (super::MAX_DEBT + Window::Day.period()).as_micros() as i64;
+        let micros = |n: i64| Duration::from_micros(n.clamp(0, bound) as u64);
         let rate = (answer[2] >= 0).then(|| RateStatus {
             limit: per_minute,
             remaining: answer[2] as u32,
@@ -289,21 +259,19 @@ impl Store {
             _ => None,
         };
         let wait = micros(answer[1]);
+        let position = (Instant::now(), rate, tokens);
+        match self.positions.get_mut(&key.name) {
+            Some(mut known) => *known = position,
+            None => {
+                self.positions.insert(key.name.clone(), position);
+            }
+        }
         let error = match answer[0] {
             0 => {
                 if let Some(lease) = &lease {
-                    self.leases
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(lease.clone(), leases_key(&key.name));
+                    self.leases.hold(&key.name, lease);
                 }
-                let grant = Grant {
-                    store: Arc::clone(self),
-                    key: key.name.clone(),
-                    lease,
-                    reserved: [answer[8], answer[9]],
-                    settled: false,
-                };
+                let grant = Grant::new(self, &key.name, lease, [answer[8], answer[9]]);
                 return Shared::Admitted {
                     grant,
                     rate,
@@ -339,7 +307,9 @@ impl Store {
         Shared::Refused(refusal)
     }
 
-    /// One call within the timeout, timed and counted; a failure marks the store down.
+    /// One call within the timeout, timed and counted. A failure to reach the store (or
+    /// the store itself refusing work: loading, read-only, cluster down) marks it down; an
+    /// error confined to the call's key (its script failed on that key's data) does not.
     async fn call<T, F, Fut>(&self, call: F) -> Option<T>
     where
         F: FnOnce(Connection) -> Fut,
@@ -361,12 +331,23 @@ impl Store {
             {
                 "connection"
             }
-            Ok(Err(_)) => "script",
+            Ok(Err(e)) if confined_to_key(&e) => {
+                self.script_failed();
+                return None;
+            }
+            Ok(Err(_)) => "server",
         };
         self.errors.with_label_values(&[kind]).inc();
         log::warn!(target: "sluice::limits", kind = kind; "limits store call failed; admitting by on_error until it answers");
         self.mark_down();
         None
+    }
+
+    /// A call whose script failed on its key's data: counted and logged; the store stays
+    /// up, and only the requests of that call apply `on_error`.
+    fn script_failed(&self) {
+        self.errors.with_label_values(&["script"]).inc();
+        log::warn!(target: "sluice::limits", kind = "script"; "limits store script failed for one key; its requests apply on_error, the store stays up");
     }
 
     async fn connection(&self) -> redis::RedisResult<Connection> {
@@ -406,6 +387,9 @@ impl Store {
                     break;
                 }
             }
+            // Before any admission is decided there again: the store may have lost the
+            // leases of requests still running here, or never had those admitted here.
+            store.restore_leases().await;
             store.up.store(true, Ordering::Release);
             store.up_gauge.set(1);
             store.probing.store(false, Ordering::Release);
@@ -413,50 +397,20 @@ impl Store {
             store.recovered.notify_waiters();
         });
     }
-
-    /// Keeps this replica's leases alive while their requests run.
-    fn start_refreshing(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store = Arc::downgrade(self);
-        let every = self.lease_lifetime / 3;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(store) = store.upgrade() else { return };
-                let leases: Vec<(String, String)> = store
-                    .leases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .map(|(lease, key)| (lease.clone(), key.clone()))
-                    .collect();
-                for (lease, key) in leases {
-                    let mut invocation = store.refresh.prepare_invoke();
-                    invocation
-                        .key(key)
-                        .arg(lease)
-                        .arg(store.lease_lifetime.as_micros() as u64);
-                    let _: Option<i64> = store
-                        .call(|mut c| async move { invocation.invoke_async(&mut c).await })
-                        .await;
-                }
-            }
-        });
-    }
 }
 
-/// Moves a lease's expiry one lifetime past Redis's clock, if it is still held.
-const REFRESH: &str = r#"
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
-return 1
-"#;
+/// Whether a store's error concerns only the call's key (the script failed on its data,
+/// or answered something unreadable), not the store as a whole.
+fn confined_to_key(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::ExecAbort)
+            | ErrorKind::Extension
+            | ErrorKind::UnexpectedReturnType
+            | ErrorKind::Parse
+    )
+}
 
 /// The same refusal with `left` to wait.
 fn with_wait(error: &RequestError, left: Duration) -> RequestError {

@@ -26,7 +26,7 @@ pub enum Window {
 impl Window {
     const ALL: [Window; 2] = [Window::Minute, Window::Day];
 
-    fn period(self) -> Duration {
+    pub(super) fn period(self) -> Duration {
         match self {
             Window::Minute => Duration::from_secs(60),
             Window::Day => Duration::from_secs(86_400),
@@ -82,12 +82,19 @@ impl Bucket {
             };
         }
         let backlog = self.tat.saturating_sub(now);
-        let held = (backlog.as_nanos() * self.limit as u128 / period.as_nanos()) as u64;
+        let held = (backlog.as_nanos() * self.limit as u128 / period.as_nanos())
+            .min(u64::MAX as u128) as u64;
         Bucket {
-            tat: now + cost(held, limit, period),
+            tat: ahead_at_most(now.saturating_add(cost(held, limit, period)), now, period),
             limit,
         }
     }
+}
+
+/// `tat`, or the furthest a window may be ahead of `now` ([`super::MAX_DEBT`] past its
+/// period) if it is further: debt beyond that is forgiven, so waits stay bounded.
+fn ahead_at_most(tat: Duration, now: Duration, period: Duration) -> Duration {
+    tat.min(now.saturating_add(period).saturating_add(super::MAX_DEBT))
 }
 
 /// Tokens reserved for a request in flight, until its usage is known.
@@ -170,7 +177,10 @@ impl Limiter {
             let Some(limit) = limits[i] else { continue };
             let tokens = estimate.min(limit);
             let period = window.period();
-            let after = current[i].tat.max(now) + cost(tokens, limit, period);
+            let after = current[i]
+                .tat
+                .max(now)
+                .saturating_add(cost(tokens, limit, period));
             let ahead = after - now;
             if ahead > period {
                 let wait = ahead - period;
@@ -182,6 +192,9 @@ impl Limiter {
             reserved[i] = Some(tokens);
         }
         if let Some((window, retry_after)) = refused {
+            // The windows under the limits now are kept even so: a changed limit applies
+            // from the moment it was first seen, not from the next admission.
+            *buckets = current;
             let status = binding_of(&current, &limits, now)?;
             let error = RequestError::TokensLimited {
                 retry_after,
@@ -223,7 +236,8 @@ impl Limiter {
             bucket.tat = if owed < held {
                 bucket.tat.saturating_sub(held - owed)
             } else {
-                bucket.tat.max(now) + (owed - held)
+                let tat = bucket.tat.max(now).saturating_add(owed - held);
+                ahead_at_most(tat, now, period)
             };
         }
     }

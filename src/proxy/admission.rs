@@ -5,8 +5,11 @@
 //! (step 3) and its token windows once the estimate is known (step 6). With a store, every
 //! bucket of the key is decided in one call once the estimate is known; step 3 only asks
 //! the local gate (a key the store refused, until its wait is over) so a refused client
-//! costs no call. A store that does not answer is handled by `on_error`: the key's limits
-//! divided by `expected_replicas` in this process, no limits, or 503 `limits_unavailable`.
+//! costs no call, and refuses a key whose `max_concurrent` is reached by its requests on
+//! this replica alone, before its body is read. A store that does not answer is handled by
+//! `on_error`: the key's limits divided by `expected_replicas` in this process, no limits,
+//! or 503 `limits_unavailable`; a request admitted so holds a lease that is written to the
+//! store when it answers again.
 
 use super::context::{InFlight, LimitMode, RequestContext};
 use super::Proxy;
@@ -51,11 +54,23 @@ impl Proxy {
                 if let Some(refused) = store.gated(&key.name) {
                     // The headers a store's answer would carry, as the store last gave them.
                     (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                    // Refused here or by the store, it is the key's use (`last_used`).
+                    ctx.since_previous = limiter.note_arrival(key);
                     return Err(refused.error);
                 }
                 let (permit, since_previous) = limiter.count_in_flight(key);
-                ctx.permits.push(permit);
                 ctx.since_previous = since_previous;
+                match permit {
+                    Ok(permit) => ctx.shared_count = Some(permit),
+                    Err(error) => {
+                        // The key's headers as the store last gave them to this replica
+                        // (or, if it never answered for the key, as this process sees it).
+                        let (rate, tokens) = store.last_position(&key.name);
+                        ctx.rate = rate.or_else(|| limiter.rate_position(key));
+                        ctx.tokens = tokens.or_else(|| limiter.token_position(key));
+                        return Err(error);
+                    }
+                }
                 LimitMode::Shared
             }
             Some(store) => {
@@ -63,10 +78,11 @@ impl Proxy {
                 self.when_store_fails(store.config.on_error, store.config.expected_replicas, key)?
             }
         };
-        if let LimitMode::Local(key) = &ctx.limits {
-            let key = Arc::clone(key);
-            self.admit_locally(ctx, &key)?;
+        if let LimitMode::Local(local) = &ctx.limits {
+            let local = Arc::clone(local);
+            self.admit_locally(ctx, &local)?;
         }
+        self.hold_local_lease(ctx, key);
         let gauge = self
             .gateway
             .metrics
@@ -74,6 +90,16 @@ impl Proxy {
             .with_label_values(&[&key.name]);
         ctx.in_flight = Some(InFlight::new(gauge));
         Ok(())
+    }
+
+    /// A request admitted without the store while it cannot be used holds a lease of this
+    /// replica, written to the store when it answers again.
+    fn hold_local_lease(&self, ctx: &mut RequestContext, key: &Key) {
+        if let (LimitMode::Local(_) | LimitMode::Open, Some(store)) =
+            (&ctx.limits, &self.gateway.limits_store)
+        {
+            ctx.grant = store.local_lease(key);
+        }
     }
 
     /// What `on_error` makes of a key while the store cannot be used.
@@ -150,12 +176,20 @@ impl Proxy {
                 let config = &store.config;
                 ctx.limits =
                     self.when_store_fails(config.on_error, config.expected_replicas, key)?;
-                let LimitMode::Local(key) = &ctx.limits else {
-                    return Ok(());
+                let local = match &ctx.limits {
+                    LimitMode::Local(local) => {
+                        // Counted once, by the local limiter that now decides.
+                        ctx.shared_count = None;
+                        Arc::clone(local)
+                    }
+                    _ => {
+                        self.hold_local_lease(ctx, key);
+                        return Ok(());
+                    }
                 };
-                let key = Arc::clone(key);
-                self.admit_locally(ctx, &key)?;
-                self.reserve_tokens(ctx, &key, estimate)
+                self.admit_locally(ctx, &local)?;
+                self.hold_local_lease(ctx, key);
+                self.reserve_tokens(ctx, &local, estimate)
             }
         }
     }

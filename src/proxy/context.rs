@@ -44,9 +44,17 @@ pub struct RequestContext {
     /// The route's answers report usage by contract (chat, completions, responses,
     /// embeddings): one without it is counted in `sluice_usage_missing_total`.
     pub(super) usage_expected: bool,
+    /// The output limit the request set, if any: usage beyond it (plus slack) is not
+    /// believed.
+    pub(super) output_limit: Option<u64>,
     pub(super) since_previous: Option<Duration>,
+    /// Still running at the end of `shutdown_grace`, and ended there.
+    pub(super) cut_by_shutdown: bool,
     pub(super) exchange: Exchange,
     pub(super) permits: Vec<Permit>,
+    /// The request counted in its key's in-flight requests while the shared store decides
+    /// its limits; given up if the store fails and this process decides them after all.
+    pub(super) shared_count: Option<Permit>,
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
     pub(super) trace: Option<RequestTrace>,
@@ -75,9 +83,12 @@ impl RequestContext {
             limits: LimitMode::Open,
             grant: None,
             usage_expected: false,
+            output_limit: None,
             since_previous: None,
+            cut_by_shutdown: false,
             exchange: Exchange::default(),
             permits: Vec::new(),
+            shared_count: None,
             in_flight: None,
             trace: None,
             error_shape: ErrorShape::OpenAi,

@@ -242,6 +242,26 @@ impl Read {
         }
     }
 
+    /// The output limit the request carries upstream, on routes that generate text: its
+    /// own, or `enforced` (the model's `default_max_tokens`, with `enforce_output_limit`)
+    /// where the gateway writes that into a request that sets none; `None` when it has
+    /// none. What its usage's output must stay within to be believed.
+    pub(super) fn output_limit(&self, kind: EndpointType, enforced: Option<u64>) -> Option<u64> {
+        let written = match kind {
+            EndpointType::Chat
+            | EndpointType::Completions
+            | EndpointType::Responses
+            | EndpointType::Messages => enforced,
+            _ => None,
+        };
+        match self {
+            Read::Json(_, request) if kind.generates_text() => {
+                request.max_output_tokens.or(written)
+            }
+            _ => None,
+        }
+    }
+
     /// Writes the model's default output limit into a JSON request that sets none
     /// (`enforce_output_limit`).
     pub(super) fn enforce_output_limit(&mut self, kind: EndpointType, limit: u64) {

@@ -38,9 +38,27 @@ pub(super) fn record_error(gateway: &Gateway, ctx: &mut RequestContext, error: R
 /// no usage sent) leaves the reservation standing, counted in `sluice_usage_missing_total`
 /// where usage is part of the route's contract; a request that generated nothing (no
 /// upstream reached, or an error answer) gets its reservation back whole.
+///
+/// Usage that is not plausible (a count of 2^24 or more, or output beyond the request's own
+/// limit plus slack) is not believed: it counts as missing, the reservation stands, and it
+/// is counted in `sluice_usage_implausible_total` (not in `sluice_usage_missing_total`).
 pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut RequestContext) {
-    let usage = ctx.exchange.usage;
     let metrics = &gateway.metrics;
+    let implausible = ctx
+        .exchange
+        .usage
+        .is_some_and(|usage| !usage.plausible(ctx.output_limit));
+    if implausible {
+        let upstream = ctx.called.upstream.as_deref().unwrap_or(UNKNOWN);
+        metrics
+            .usage_implausible
+            .with_label_values(&[upstream])
+            .inc();
+        log::warn!(target: "sluice::limits", request_id = ctx.request_id.as_str(), upstream = upstream; "usage reported by the upstream is not plausible; the reservation stands");
+        // Not believed anywhere: not in the token counts, the log line or the trace.
+        ctx.exchange.usage = None;
+    }
+    let usage = ctx.exchange.usage;
     if let (Some(usage), Some(key)) = (usage, &ctx.key) {
         let model = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
         for (kind, count) in [("input", usage.input), ("output", usage.output)] {
@@ -63,14 +81,14 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut Requ
                     ))
         }
     };
-    if let (None, Some(upstream), true, true) = (usage, upstream, may_have_used, ctx.usage_expected)
-    {
+    let missing = usage.is_none() && !implausible && may_have_used && ctx.usage_expected;
+    if let (true, Some(upstream)) = (missing, upstream) {
         metrics.usage_missing.with_label_values(&[upstream]).inc();
     }
     // What was used: the usage, nothing, or unknown (then the reservation stands).
     let used = match usage {
         Some(usage) => Some(usage.total()),
-        None if may_have_used => None,
+        None if may_have_used || implausible => None,
         None => Some(0),
     };
     if let Some(grant) = ctx.grant.take() {
@@ -168,8 +186,7 @@ pub(super) fn log_request(
             .as_ref()
             .map(RequestError::message)
             .or_else(|| upstream_error.and_then(|u| u.message.clone())),
-        retry_after_ms: retry_after
-            .map(|d| d.as_nanos().div_ceil(1_000_000).min(u64::MAX.into()) as u64),
+        retry_after_ms: retry_after.map(crate::error::wait_millis),
         since_previous_ms: (status == 429)
             .then_some(ctx.since_previous)
             .flatten()
@@ -177,6 +194,7 @@ pub(super) fn log_request(
         upstream_status: upstream_error.map(|_| status),
         upstream_error_code: upstream_error.and_then(|u| u.code.as_deref()),
         upstream_request_id: upstream_error.and_then(|u| u.request_id.as_deref()),
+        cut_by_shutdown: ctx.cut_by_shutdown,
         input_tokens: ctx.exchange.usage.map(|u| u.input),
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,

@@ -3,6 +3,7 @@
 //! siblings under the server span). A span dropped unfinished (a task cancelled at shutdown)
 //! still ends and is exported.
 
+use super::capped;
 use crate::usage::Usage;
 use opentelemetry::propagation::{Injector, TextMapPropagator};
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer};
@@ -81,7 +82,7 @@ impl RequestTrace {
         if !self.span.is_recording() {
             return;
         }
-        self.span.update_name(format!("{method} {route}"));
+        self.span.update_name(capped(&format!("{method} {route}")));
         self.span
             .set_attribute(KeyValue::new("http.route", route.to_owned()));
     }
@@ -140,7 +141,7 @@ impl RequestTrace {
             span.set_attribute(KeyValue::new("sluice.key", key.to_owned()));
         }
         if let Some(model) = end.model {
-            span.set_attribute(KeyValue::new("gen_ai.request.model", model.to_owned()));
+            span.set_attribute(KeyValue::new("gen_ai.request.model", capped(model)));
         }
         if let Some(served) = end.served_model {
             span.set_attribute(KeyValue::new("sluice.served_model", served.to_owned()));
@@ -190,7 +191,7 @@ impl AttemptTrace {
             ));
         }
         if let Some(model) = end.response_model {
-            span.set_attribute(KeyValue::new("gen_ai.response.model", model.to_owned()));
+            span.set_attribute(KeyValue::new("gen_ai.response.model", capped(model)));
         }
         if let Some(ttfc) = end.time_to_first_chunk {
             span.set_attribute(KeyValue::new(

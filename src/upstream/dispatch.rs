@@ -7,9 +7,10 @@ use super::body::RequestBody;
 use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
 use super::exchange::exchange;
+use super::health::Witness;
 use super::request::{request_header, upstream_target};
 use super::translated::AnswerTranslation;
-use super::verdict::{verdict, AfterCut, Next, Onward, Outcome};
+use super::verdict::{verdict, AfterCut, Next, Onward, Outcome, Reached};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
@@ -51,6 +52,8 @@ pub struct Dispatch<'a> {
     /// for (unless a target knows it by another name).
     pub renames_model: bool,
     pub request_id: &'a str,
+    /// Whose request it is, for the upstream's health: the key's `owner`, else its name.
+    pub tenant: &'a str,
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).
     pub response_headers: Vec<(http::HeaderName, String)>,
@@ -106,15 +109,9 @@ pub struct Called {
     pub url: Option<String>,
 }
 
-/// A delivery's result with what it measured and whom it called.
-#[derive(Debug)]
-pub struct Dispatched {
-    pub delivery: Delivery,
-    pub measured: Exchange,
-    pub called: Called,
-}
-
 /// Delivers the request to one of the model's targets, resending where that is safe.
+/// What it measures and whom it calls go into `measured` (fresh) and `called` as they
+/// happen, so a request ended from outside (at the end of `shutdown_grace`) still has them.
 pub async fn dispatch(
     session: &mut Session,
     upstreams: &Upstreams,
@@ -122,23 +119,10 @@ pub async fn dispatch(
     // By reference, as every argument of these futures that is larger than a pointer: an
     // async fn's argument taken by value is stored twice in its future.
     dispatch: &Dispatch<'_>,
-) -> Dispatched {
-    let mut measured = Exchange::default();
-    let mut called = Called::default();
-    let delivery = attempts(
-        session,
-        upstreams,
-        metrics,
-        dispatch,
-        &mut measured,
-        &mut called,
-    )
-    .await;
-    Dispatched {
-        delivery,
-        measured,
-        called,
-    }
+    measured: &mut Exchange,
+    called: &mut Called,
+) -> Delivery {
+    attempts(session, upstreams, metrics, dispatch, measured, called).await
 }
 
 /// The attempt loop: choose, take a slot, exchange, verdict, resend or return.
@@ -297,7 +281,19 @@ async fn attempts(
 
         count_error(metrics, upstream, &outcome);
         let (effect, next) = verdict(&outcome, &upstream.policy.retry_on, onward);
-        upstreams.record(upstream, effect, metrics, Some(dispatch.request_id));
+        let request_id = dispatch.request_id;
+        let by = match &outcome {
+            // Nothing of the request went out: no tenant's doing.
+            Outcome::Failed {
+                reached: Reached::No,
+                ..
+            } => Witness::Connect { request_id },
+            _ => Witness::Request {
+                request_id,
+                tenant: dispatch.tenant,
+            },
+        };
+        upstreams.record(upstream, effect, metrics, by);
         let reason = match next {
             Next::Return => return delivery(outcome),
             Next::Fallback => return Delivery::Unserved(unserved(outcome)),

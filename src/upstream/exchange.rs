@@ -9,12 +9,14 @@
 //! answer whose status `retry_on` names (a 429, a 503) can be handed back unrelayed so
 //! another target or a fallback model takes the request, and a stream cut after
 //! it started (an SSE stream that ends inside an event included) ends with an SSE error
-//! event.
+//! event. An error answer from an upstream that has a credential is read whole and its
+//! credential redacted before the client or the access log sees it.
 
 use super::call::{bounded, Call, Exchange, Outgoing};
 use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::http1::Http1;
 use super::pool::Pool;
+use super::redaction::{redact, redact_fields, redacted};
 use super::relay::{
     model_named, read_held, relay_body, Edit, Held, Passing, Reading, HEAD_BYTES, HELD_BYTES,
     MAX_REWRITTEN_BYTES,
@@ -132,7 +134,7 @@ pub(super) async fn exchange(
         .then(|| response.headers.get(crate::request_id::HEADER))
         .flatten()
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(|id| redacted(upstream, id.as_bytes()));
     let framing = response.framing;
     let mut to_client = match response_header(response, call.response_headers) {
         Ok(header) => header,
@@ -178,19 +180,25 @@ pub(super) async fn exchange(
         untranslatable: false,
     });
     // Read before anything of it goes out: a JSON answer whose IDs change length (whole,
-    // rewritten, sent with its new length), and the start of one with a declared length
+    // rewritten, sent with its new length), an error answer that may echo the upstream's
+    // credential (whole, redacted, sent with its new length, an event stream included: an
+    // error has no reason to stream), and the start of one with a declared length
     // (as much as the client transport would hold before sending anyway), so that an
     // upstream that cuts it short leaves nothing sent: the client gets a 502, not a cut.
     let rewriting = matches!(passing.edit, Some(Edit::Rewrite(_))) && !measured.event_stream;
+    let redacts = status >= 400 && upstream.credential.is_some();
+    if redacts {
+        redact_fields(upstream, &mut to_client);
+    }
     let held_limit = match framing {
-        _ if rewriting || translating.is_some() => Some(MAX_REWRITTEN_BYTES),
+        _ if rewriting || redacts || translating.is_some() => Some(MAX_REWRITTEN_BYTES),
         Framing::Length(_) if !measured.event_stream => Some(HELD_BYTES),
         _ => None,
     };
     let mut held = None;
     if let Some(limit) = held_limit {
         match read_held(session, &mut connection, call, deadline, measured, limit).await {
-            Ok(Held::Start(_)) if rewriting || translating.is_some() => {
+            Ok(Held::Start(_)) if rewriting || redacts || translating.is_some() => {
                 connection.shutdown().await;
                 return Outcome::Failed {
                     error: RequestError::UpstreamProtocolError,
@@ -203,6 +211,11 @@ pub(super) async fn exchange(
     }
     let held = match (held, &mut passing.edit) {
         (Some(Held::Whole(body)), _) if translating.is_some() => {
+            // An error answer loses the upstream's credential before anything else.
+            let body = match redacts.then(|| redact(upstream, &body)) {
+                Some(std::borrow::Cow::Owned(clean)) => Bytes::from(clean),
+                _ => body,
+            };
             if let Some(reading) = &mut passing.reading {
                 reading.feed(&body);
                 measured.usage = reading.usage();
@@ -248,6 +261,18 @@ pub(super) async fn exchange(
                 .ok();
             passing.edit = None;
             Some(Held::Whole(body))
+        }
+        (Some(Held::Whole(body)), _) if redacts => {
+            let body = match redact(upstream, &body) {
+                std::borrow::Cow::Owned(clean) => Bytes::from(clean),
+                std::borrow::Cow::Borrowed(_) => body,
+            };
+            to_client.remove_header(&TRANSFER_ENCODING);
+            to_client
+                .insert_header(CONTENT_LENGTH, HeaderValue::from(body.len()))
+                .ok();
+            // Kept for the error record as it passes: redacted.
+            passing.pass(body).map(Held::Whole)
         }
         (Some(Held::Whole(body)), _) => passing.pass(body).map(Held::Whole),
         (Some(Held::Start(start)), _) => passing.pass(start).map(Held::Start),

@@ -2,6 +2,14 @@
 //! backoff that doubles while failures go on, and cooldown after a 429. [`Upstreams::record`]
 //! is the one place that ejects, cools down, counts and logs, for requests and active checks
 //! alike.
+//!
+//! One tenant cannot eject an upstream that others share: a streak of failures ejects only
+//! once at least two tenants (a key's `owner`, else its name) took part in it, or the
+//! upstream failed where no request's content could be the cause: an active check, or a
+//! connection that could not be opened (nothing of the request was sent). One tenant's
+//! slow requests (first-byte timeouts on long generations) therefore never take the
+//! upstream away from everyone; a backend that is down refuses connections, fails its
+//! checks, or fails everyone's requests.
 
 use super::Upstreams;
 use crate::catalog::Upstream;
@@ -48,10 +56,31 @@ pub enum HealthEffect {
     Unchanged,
 }
 
+/// Who saw an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Witness<'a> {
+    /// A request, of this tenant (its key's `owner`, else the key's name).
+    Request {
+        request_id: &'a str,
+        tenant: &'a str,
+    },
+    /// A request that could not connect: nothing of it was sent, so it tells of the
+    /// upstream alone, as a check does.
+    Connect { request_id: &'a str },
+    /// An active health check.
+    Check,
+}
+
 /// One upstream's health counters.
 #[derive(Debug, Default)]
 pub(super) struct Health {
     consecutive_failures: u32,
+    /// The tenant of the streak's first request failure, and whether another tenant's
+    /// request failed in the same streak.
+    first_tenant: Option<String>,
+    several_tenants: bool,
+    /// An active check, or a connection, failed during the streak.
+    check_failed: bool,
     /// Ejections since the last success: each doubles the next one's length.
     ejections_in_a_row: u32,
     ejected_until: Option<Duration>,
@@ -76,32 +105,58 @@ impl Health {
         if self.ejected_at(now) && !end_ejection {
             return;
         }
-        self.consecutive_failures = 0;
+        self.forget_streak();
         self.ejections_in_a_row = 0;
         self.ejected_until = None;
     }
 
+    fn forget_streak(&mut self) {
+        self.consecutive_failures = 0;
+        self.first_tenant = None;
+        self.several_tenants = false;
+        self.check_failed = false;
+    }
+
+    /// Notes who saw a failure of the streak.
+    fn witness(&mut self, by: Witness<'_>) {
+        match by {
+            Witness::Check | Witness::Connect { .. } => self.check_failed = true,
+            Witness::Request { tenant, .. } => match &self.first_tenant {
+                None => self.first_tenant = Some(tenant.to_owned()),
+                Some(first) if first != tenant => self.several_tenants = true,
+                Some(_) => {}
+            },
+        }
+    }
+
+    /// Whether the streak says the upstream is unwell for everyone, not one tenant's doing.
+    fn confirmed(&self) -> bool {
+        self.several_tenants || self.check_failed
+    }
+
     /// Counts a failure; the ejection's length when this one ejects. Failures while ejected
-    /// are ignored (requests that started before the ejection).
-    fn fail(&mut self, now: Duration, upstream: &Upstream) -> Option<Duration> {
+    /// are ignored (requests that started before the ejection). A streak long enough ejects
+    /// only when it is [confirmed](Health::confirmed); until then it goes on growing.
+    fn fail(&mut self, now: Duration, upstream: &Upstream, by: Witness<'_>) -> Option<Duration> {
         let policy = &upstream.policy;
         if self.ejected_at(now) {
             return None;
         }
-        self.consecutive_failures += 1;
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        self.witness(by);
         // Back from an ejection, one failure is enough to go out again, for longer.
         let threshold = if self.ejections_in_a_row > 0 {
             1
         } else {
             policy.eject_after_failures
         };
-        if self.consecutive_failures < threshold {
+        if self.consecutive_failures < threshold || !self.confirmed() {
             return None;
         }
         let doublings = self.ejections_in_a_row.min(16);
         let length = (policy.eject_duration * 2u32.pow(doublings)).min(policy.eject_duration_max);
         self.ejections_in_a_row += 1;
-        self.consecutive_failures = 0;
+        self.forget_streak();
         self.ejected_until = Some(now + length);
         Some(length)
     }
@@ -124,13 +179,13 @@ impl Upstreams {
     }
 
     /// Applies one outcome to the upstream's health, counting and logging what it caused;
-    /// `request_id` names the request whose outcome it was (none for an active check).
+    /// `by` is the request (and its tenant) or the active check that saw it.
     pub fn record(
         &self,
         upstream: &Upstream,
         effect: HealthEffect,
         metrics: &Metrics,
-        request_id: Option<&str>,
+        by: Witness<'_>,
     ) {
         if effect == HealthEffect::Unchanged {
             return;
@@ -142,13 +197,19 @@ impl Upstreams {
             HealthEffect::Success => health.reset(now, false),
             HealthEffect::CheckPassed => health.reset(now, true),
             HealthEffect::Failure => {
-                if let Some(length) = health.fail(now, upstream) {
+                if let Some(length) = health.fail(now, upstream, by) {
                     drop(health);
+                    let request_id = match by {
+                        Witness::Request { request_id, .. } | Witness::Connect { request_id } => {
+                            request_id
+                        }
+                        Witness::Check => "health-check",
+                    };
                     metrics
                         .upstream_ejections
                         .with_label_values(&[&upstream.name])
                         .inc();
-                    log::warn!(target: "sluice::upstream", request_id = request_id.unwrap_or("health-check"), upstream = upstream.name.as_str(), ejected_for_ms = length.as_millis() as u64; "upstream ejected after consecutive failures");
+                    log::warn!(target: "sluice::upstream", request_id = request_id, upstream = upstream.name.as_str(), ejected_for_ms = length.as_millis() as u64; "upstream ejected after consecutive failures");
                 }
             }
             HealthEffect::CoolDown(asked) => {
@@ -171,6 +232,48 @@ mod tests {
     use crate::upstream::test_upstream;
 
     const S: Duration = Duration::from_secs(1);
+    const CHECK: Witness<'static> = Witness::Check;
+
+    fn by(tenant: &'static str) -> Witness<'static> {
+        Witness::Request {
+            request_id: "r",
+            tenant,
+        }
+    }
+
+    #[test]
+    fn one_tenants_streak_ejects_only_once_another_tenant_or_a_check_confirms_it() {
+        let upstream = test_upstream(2, S, 4 * S);
+        let mut health = Health::default();
+        for _ in 0..10 {
+            assert_eq!(
+                health.fail(Duration::ZERO, &upstream, by("a")),
+                None,
+                "one tenant's failures never eject"
+            );
+        }
+        assert_eq!(
+            health.fail(Duration::ZERO, &upstream, by("b")),
+            Some(S),
+            "a second tenant's failure in the streak does"
+        );
+        health.reset(2 * S, false);
+        assert_eq!(health.fail(2 * S, &upstream, by("a")), None);
+        assert_eq!(
+            health.fail(2 * S, &upstream, CHECK),
+            Some(S),
+            "so does a failed check"
+        );
+        health.reset(4 * S, true);
+        assert_eq!(health.fail(4 * S, &upstream, by("a")), None);
+        health.reset(4 * S, false);
+        assert_eq!(health.fail(4 * S, &upstream, by("b")), None);
+        assert_eq!(
+            health.fail(4 * S, &upstream, by("b")),
+            None,
+            "a success ends the streak and who made it"
+        );
+    }
 
     #[test]
     fn consecutive_failures_eject_with_a_doubling_backoff() {
@@ -179,33 +282,33 @@ mod tests {
         let mut health = Health::default();
         let mut now = Duration::ZERO;
         assert_eq!(
-            health.fail(now, &upstream),
+            health.fail(now, &upstream, CHECK),
             None,
             "one failure is not enough"
         );
         assert_eq!(
-            health.fail(now, &upstream),
+            health.fail(now, &upstream, CHECK),
             Some(S),
             "the second ejects for 1s"
         );
         assert_eq!(health.availability(now), Availability::Ejected { until: S });
         assert_eq!(
-            health.fail(now, &upstream),
+            health.fail(now, &upstream, CHECK),
             None,
             "failures while ejected are ignored"
         );
         now += S;
         assert_eq!(health.availability(now), Availability::Available);
         assert_eq!(
-            health.fail(now, &upstream),
+            health.fail(now, &upstream, CHECK),
             Some(2 * S),
             "back, one failure re-ejects, twice as long"
         );
         now += 2 * S;
-        assert_eq!(health.fail(now, &upstream), Some(4 * S));
+        assert_eq!(health.fail(now, &upstream, CHECK), Some(4 * S));
         now += 4 * S;
         assert_eq!(
-            health.fail(now, &upstream),
+            health.fail(now, &upstream, CHECK),
             Some(4 * S),
             "capped at eject_duration_max"
         );
@@ -215,7 +318,7 @@ mod tests {
     fn success_forgets_past_ejections_but_does_not_end_a_current_one() {
         let upstream = test_upstream(1, S, 8 * S);
         let mut health = Health::default();
-        assert_eq!(health.fail(Duration::ZERO, &upstream), Some(S));
+        assert_eq!(health.fail(Duration::ZERO, &upstream, CHECK), Some(S));
         health.reset(Duration::ZERO, false);
         assert!(
             health.ejected_at(Duration::ZERO),
@@ -228,7 +331,7 @@ mod tests {
             "a passing check does"
         );
         assert_eq!(
-            health.fail(Duration::ZERO, &upstream),
+            health.fail(Duration::ZERO, &upstream, CHECK),
             Some(S),
             "and the backoff starts over"
         );

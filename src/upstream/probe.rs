@@ -1,9 +1,10 @@
 //! Active health checks: for each upstream with a `health_check_interval`, a `GET {url}/models`
 //! that must answer 2xx in time. A pass clears a passive ejection at once; a failure counts
-//! like a failed request (both through [`Upstreams::record`]).
+//! like a failed request, and confirms a streak of one tenant's failures (both through
+//! [`Upstreams::record`]).
 
 use super::body::Body;
-use super::health::HealthEffect;
+use super::health::{HealthEffect, Witness};
 use super::http1::Http1;
 use super::request::check_header;
 use super::Upstreams;
@@ -86,7 +87,7 @@ pub async fn check(
         .upstream_health_checks
         .with_label_values(&[&upstream.name, label])
         .inc();
-    upstreams.record(upstream, effect, metrics, None);
+    upstreams.record(upstream, effect, metrics, Witness::Check);
     result
 }
 

@@ -192,3 +192,28 @@ fn stripping_gives_the_chunk_the_client_would_have_seen() {
         Stripped::Unchanged
     );
 }
+
+#[test]
+fn usage_is_believed_only_when_plausible() {
+    let usage = |input, output| Usage {
+        input,
+        output,
+        ..Usage::default()
+    };
+    assert!(usage(100, 1000).plausible(Some(1000)));
+    // The slack: an eighth of the limit, at least 64 tokens.
+    assert!(usage(100, 1125).plausible(Some(1000)));
+    assert!(!usage(100, 1126).plausible(Some(1000)));
+    assert!(usage(0, 74).plausible(Some(10)));
+    assert!(!usage(0, 75).plausible(Some(10)));
+    // Without a limit on the request, only the size of each count is checked.
+    assert!(usage(5, 100_000).plausible(None));
+    assert!(!usage(1 << 24, 0).plausible(None));
+    assert!(!usage(0, 1 << 40).plausible(None));
+    let reasoning = Usage {
+        reasoning: Some(1 << 30),
+        ..usage(1, 1)
+    };
+    assert!(!reasoning.plausible(None), "every count, details included");
+    assert_eq!(usage(u64::MAX, 5).total(), u64::MAX, "saturates");
+}

@@ -45,6 +45,8 @@ pub enum Reply {
     Silent,
     /// A chat completion, sent only once the test calls [`MockUpstream::open_gate`].
     Gated,
+    /// This reply, sent only once the test calls [`MockUpstream::open_gate`].
+    GatedWith(Box<Reply>),
     /// The start of a response head, then the connection closes.
     PartialThenClose,
     /// These bytes as they are, then the connection closes (a close-delimited body).
@@ -384,9 +386,17 @@ async fn answer(socket: &mut TcpStream, reply: Reply, state: &State) -> bool {
             false
         }
         Reply::Gated => {
+            Box::pin(answer(
+                socket,
+                Reply::GatedWith(Box::new(Reply::completion())),
+                state,
+            ))
+            .await
+        }
+        Reply::GatedWith(reply) => {
             let mut gate = state.gate.subscribe();
             let _ = gate.wait_for(|open| *open).await;
-            Box::pin(answer(socket, Reply::completion(), state)).await
+            Box::pin(answer(socket, *reply, state)).await
         }
     }
 }

@@ -136,7 +136,7 @@ impl RedisServer {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
             let held: i64 = redis::cmd("ZCARD")
-                .arg(format!("sluice:{{{name}}}:leases"))
+                .arg(format!("test:sluice:{{{name}}}:leases"))
                 .query_async(&mut client)
                 .await
                 .unwrap();
