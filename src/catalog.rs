@@ -63,6 +63,8 @@ pub struct Model {
     pub default_max_tokens: u64,
     /// `default_max_tokens` is written into a request that sets no output limit.
     pub enforce_output_limit: bool,
+    /// The API its upstreams speak (`upstream_api`).
+    pub upstream_api: crate::endpoint::UpstreamApi,
 }
 
 /// A client API key's settings. The key itself is never held, only its hash.
@@ -225,6 +227,7 @@ impl Catalog {
                     entry_json: Bytes::from(entry.to_string()),
                     default_max_tokens: m.default_max_tokens,
                     enforce_output_limit: m.enforce_output_limit,
+                    upstream_api: m.upstream_api,
                 })
             })
             .collect();

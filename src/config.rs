@@ -315,6 +315,8 @@ pub struct ModelConfig {
     /// A request that sets no output limit gets `default_max_tokens` written into it, so
     /// what is reserved is a ceiling.
     pub enforce_output_limit: bool,
+    /// The API its upstreams speak: requests on the other API's route are translated.
+    pub upstream_api: crate::endpoint::UpstreamApi,
 }
 
 #[derive(Debug, Clone)]

@@ -17,10 +17,33 @@ pub enum EndpointType {
     AudioTranscription,
     AudioSpeech,
     Moderation,
+    /// Anthropic's Messages API (`POST /v1/messages`).
+    Messages,
+}
+
+/// The API a model's upstream speaks (`upstream_api`): where it differs from the route's,
+/// requests and answers are translated (`translate.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamApi {
+    /// OpenAI's (chat completions and the rest), and what OpenAI-compatible servers speak.
+    #[default]
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl UpstreamApi {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(UpstreamApi::OpenAi),
+            "anthropic" => Some(UpstreamApi::Anthropic),
+            _ => None,
+        }
+    }
 }
 
 impl EndpointType {
-    pub const ALL: [EndpointType; 8] = [
+    pub const ALL: [EndpointType; 9] = [
         EndpointType::Chat,
         EndpointType::Completions,
         EndpointType::Embeddings,
@@ -29,6 +52,7 @@ impl EndpointType {
         EndpointType::AudioTranscription,
         EndpointType::AudioSpeech,
         EndpointType::Moderation,
+        EndpointType::Messages,
     ];
 
     /// The name in the configuration and in `/v1/models`.
@@ -42,6 +66,7 @@ impl EndpointType {
             EndpointType::AudioTranscription => "audio_transcription",
             EndpointType::AudioSpeech => "audio_speech",
             EndpointType::Moderation => "moderation",
+            EndpointType::Messages => "messages",
         }
     }
 
@@ -49,7 +74,7 @@ impl EndpointType {
     /// where they have one: `chat`, `text_completion`, `embeddings`).
     pub fn operation(self) -> &'static str {
         match self {
-            EndpointType::Chat | EndpointType::Responses => "chat",
+            EndpointType::Chat | EndpointType::Responses | EndpointType::Messages => "chat",
             EndpointType::Completions => "text_completion",
             EndpointType::Embeddings => "embeddings",
             EndpointType::Rerank => "rerank",
@@ -74,6 +99,7 @@ impl EndpointType {
             EndpointType::AudioTranscription => "POST /v1/audio/transcriptions",
             EndpointType::AudioSpeech => "POST /v1/audio/speech",
             EndpointType::Moderation => "POST /v1/moderations",
+            EndpointType::Messages => "POST /v1/messages",
         }
     }
 
@@ -85,6 +111,7 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::AudioTranscription
+                | EndpointType::Messages
         )
     }
 
@@ -96,6 +123,7 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::AudioTranscription
+                | EndpointType::Messages
         )
     }
 
@@ -107,19 +135,23 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::Embeddings
+                | EndpointType::Messages
         )
     }
 
     /// Whether `tools` is a thing on it (then the model needs `tool_calling`).
     pub fn takes_tools(self) -> bool {
-        matches!(self, EndpointType::Chat | EndpointType::Responses)
+        matches!(
+            self,
+            EndpointType::Chat | EndpointType::Responses | EndpointType::Messages
+        )
     }
 
     /// The fields its JSON body must have besides `model` (`messages` for chat is checked
     /// in depth on its own).
     pub fn required_fields(self) -> &'static [&'static str] {
         match self {
-            EndpointType::Chat => &["messages"],
+            EndpointType::Chat | EndpointType::Messages => &["messages"],
             EndpointType::Completions => &["prompt"],
             EndpointType::Embeddings | EndpointType::Moderation | EndpointType::AudioSpeech => {
                 &["input"]
@@ -149,7 +181,7 @@ pub struct Endpoint {
 }
 
 /// Every route that creates something from a model named in the body.
-pub const ENDPOINTS: [Endpoint; 10] = [
+pub const ENDPOINTS: [Endpoint; 12] = [
     json(EndpointType::Chat, "/chat/completions"),
     json(EndpointType::Completions, "/completions"),
     json(EndpointType::Embeddings, "/embeddings"),
@@ -168,7 +200,13 @@ pub const ENDPOINTS: [Endpoint; 10] = [
     },
     json(EndpointType::AudioSpeech, "/audio/speech"),
     json(EndpointType::Moderation, "/moderations"),
+    json(EndpointType::Messages, "/messages"),
+    json(EndpointType::Messages, "/messages/count_tokens"),
 ];
+
+/// The path of Messages' `count_tokens`, answered by the gateway when the model's upstream
+/// does not speak Anthropic's API.
+pub const COUNT_TOKENS_PATH: &str = "/messages/count_tokens";
 
 const fn json(kind: EndpointType, path: &'static str) -> Endpoint {
     Endpoint {

@@ -47,6 +47,8 @@ pub enum RequestError {
     MissingApiKey,
     /// No key has this hash.
     InvalidApiKey,
+    /// `Authorization: Bearer` and `x-api-key` name different keys (also `invalid_api_key`).
+    ConflictingApiKeys,
     /// The key exists but may not be used now (also `invalid_api_key`); the message says
     /// why, about this key only.
     InactiveApiKey {
@@ -148,7 +150,7 @@ impl RequestError {
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
-            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => 401,
+            MissingApiKey | InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => 401,
             UnknownRoute { .. }
             | ModelNotFound { .. }
             | EndpointNotSupported { .. }
@@ -174,7 +176,9 @@ impl RequestError {
     pub fn error_type(&self) -> &'static str {
         use RequestError::*;
         match self {
-            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => "authentication_error",
+            MissingApiKey | InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => {
+                "authentication_error"
+            }
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => {
                 "rate_limit_error"
             }
@@ -196,7 +200,7 @@ impl RequestError {
         match self {
             UnknownRoute { .. } => "unknown_route",
             MissingApiKey => "missing_api_key",
-            InvalidApiKey | InactiveApiKey { .. } => "invalid_api_key",
+            InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => "invalid_api_key",
             RateLimited { .. } | TokensLimited { .. } => "rate_limit_exceeded",
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             RequestTooLarge { .. } => "request_too_large",
@@ -264,7 +268,10 @@ impl RequestError {
                 /v1/models)."
                 .into(),
             MissingApiKey => "No API key was provided. Send it in the header \
-                `Authorization: Bearer <API_KEY>`."
+                `Authorization: Bearer <API_KEY>` (or `x-api-key: <API_KEY>`)."
+                .into(),
+            ConflictingApiKeys => "The request carries two different API keys, in \
+                `Authorization` and in `x-api-key`. Send one key."
                 .into(),
             InvalidApiKey => "The API key is not valid. Check the key you are sending.".into(),
             InactiveApiKey { why: Inactive::Disabled } => "This API key has been disabled. \

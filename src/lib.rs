@@ -33,5 +33,6 @@ pub mod secret;
 pub mod server;
 pub mod spool;
 pub mod telemetry;
+pub mod translate;
 pub mod upstream;
 pub mod usage;

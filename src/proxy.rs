@@ -35,12 +35,13 @@ mod downstream;
 mod fallback;
 mod outcome;
 mod stored;
+mod translation;
 
 pub use context::RequestContext;
 
-use crate::auth::authenticate;
+use crate::auth::authenticate_either;
 use crate::catalog::{Catalog, Key};
-use crate::endpoint::{BodyKind, Endpoint, EndpointType};
+use crate::endpoint::{BodyKind, Endpoint, EndpointType, UpstreamApi, COUNT_TOKENS_PATH};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
@@ -48,7 +49,7 @@ use crate::listener::App;
 use crate::listener::BufferedStream;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
-use crate::respond::{error_response, LocalResponse};
+use crate::respond::{error_response_in, ErrorShape, LocalResponse};
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
 use crate::upstream::{self, AfterCut};
@@ -61,6 +62,9 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
+
+/// Where Anthropic's SDKs send the API key.
+const X_API_KEY: http::HeaderName = http::HeaderName::from_static("x-api-key");
 
 /// The answer's `x-sluice-model`: the catalog model that served it.
 const SERVED_MODEL: http::HeaderName = http::HeaderName::from_static("x-sluice-model");
@@ -174,7 +178,7 @@ impl Proxy {
         match self.handle(session, ctx).await {
             Ok(()) => Ok(()),
             Err(Failure::Answer(error)) => {
-                answer(session, ctx, error_response(&error)).await?;
+                answer(session, ctx, error_response_in(ctx.error_shape, &error)).await?;
                 record_error(&self.gateway, ctx, error);
                 Ok(())
             }
@@ -210,7 +214,7 @@ impl Proxy {
         if !session.response_started() && !client_gone {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
             let error = RequestError::Internal;
-            let _ = answer(session, ctx, error_response(&error)).await;
+            let _ = answer(session, ctx, error_response_in(ctx.error_shape, &error)).await;
             record_error(&self.gateway, ctx, error);
         }
     }
@@ -232,7 +236,7 @@ impl Proxy {
             // Bounded: the workers stop soon after, whatever the client does.
             let _ = tokio::time::timeout(
                 std::time::Duration::from_millis(500),
-                answer(session, ctx, error_response(&error)),
+                answer(session, ctx, error_response_in(ctx.error_shape, &error)),
             )
             .await;
             record_error(&self.gateway, ctx, error);
@@ -279,15 +283,22 @@ impl Proxy {
             .into());
         }
         let route = route(&request.method, request.uri.path())?;
+        if let Route::Create(Endpoint {
+            kind: EndpointType::Messages,
+            ..
+        }) = route
+        {
+            ctx.error_shape = ErrorShape::Messages;
+        }
         if let Some(trace) = &mut ctx.trace {
             trace.set_route(request.method.as_str(), &route.template());
         }
-        // 2. Bearer key.
-        let authorization = request
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
-        let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {
+        // 2. The key: `Authorization: Bearer`, or `x-api-key`.
+        let header = |name| request.headers.get(name).map(|v| v.as_bytes());
+        let authorization = header(http::header::AUTHORIZATION);
+        let x_api_key = header(X_API_KEY);
+        let clock = self.gateway.wall_clock.as_ref();
+        let key = match authenticate_either(&catalog, authorization, x_api_key, clock) {
             Ok(key) => key,
             Err(refused) => {
                 // A known key that may not be used now is named in the log and the count.
@@ -401,14 +412,25 @@ impl Proxy {
         if model.enforce_output_limit {
             read.enforce_output_limit(endpoint.kind, model.default_max_tokens);
         }
-        // The key's token windows, last: the estimate needs the body and the model.
-        ctx.usage_expected = endpoint.kind.reports_usage();
-        let enforced = model
-            .enforce_output_limit
-            .then_some(model.default_max_tokens);
-        ctx.output_limit = read.output_limit(endpoint.kind, enforced);
-        let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
-        self.admit_tokens(ctx, key, estimate).await?;
+        if endpoint.path == COUNT_TOKENS_PATH {
+            // Counting generates nothing: no tokens reserved, no usage expected.
+            self.admit_tokens(ctx, key, 0).await?;
+            if model.upstream_api == UpstreamApi::OpenAi {
+                let counted = translation::counted_locally(read.body_bytes());
+                return answer(session, ctx, LocalResponse::json(200, counted))
+                    .await
+                    .map_err(Failure::Abort);
+            }
+        } else {
+            // The key's token windows, last: the estimate needs the body and the model.
+            ctx.usage_expected = endpoint.kind.reports_usage();
+            let enforced = model
+                .enforce_output_limit
+                .then_some(model.default_max_tokens);
+            ctx.output_limit = read.output_limit(endpoint.kind, enforced);
+            let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
+            self.admit_tokens(ctx, key, estimate).await?;
+        }
         // 7. Upstream.
         let destination = Destination {
             model,
@@ -419,6 +441,7 @@ impl Proxy {
             inject_usage: read.usage_unasked(endpoint.kind),
             fallbacks,
             operation: endpoint.kind.operation(),
+            kind: endpoint.kind,
         };
         self.deliver(session, ctx, catalog, destination).await
     }

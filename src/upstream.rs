@@ -25,6 +25,7 @@
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `redaction.rs` | the upstream's credential taken out of an error answer it echoes   |
 //! | `probe.rs`    | active health checks                                                |
+//! | `translated.rs` | an answer in the other API than the client's: what it gets instead |
 
 mod body;
 mod call;
@@ -41,6 +42,7 @@ mod relay;
 mod request;
 mod response;
 mod send;
+mod translated;
 mod verdict;
 
 pub use body::RequestBody;
@@ -50,6 +52,7 @@ pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
 pub use pool::Pool;
 pub use probe::{run as run_checks, CheckContext};
+pub use translated::AnswerTranslation;
 pub use verdict::AfterCut;
 
 use crate::clock::Clock;

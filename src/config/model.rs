@@ -5,8 +5,7 @@ use super::parsed::{items, Parsed};
 use super::raw::{RawModel, RawTarget};
 use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
-use crate::endpoint::EndpointType;
-use crate::endpoint::MAX_OUTPUT_TOKENS;
+use crate::endpoint::{EndpointType, UpstreamApi, MAX_OUTPUT_TOKENS};
 
 /// Output tokens reserved for a request that names no limit, unless the model says.
 const DEFAULT_MAX_TOKENS: u64 = 1024;
@@ -149,6 +148,16 @@ fn model(
             format!("must be at most {MAX_OUTPUT_TOKENS}"),
         );
     }
+    let upstream_api = match raw.upstream_api.as_deref() {
+        None => UpstreamApi::default(),
+        Some(name) => UpstreamApi::parse(name).unwrap_or_else(|| {
+            errors.push(
+                format!("{path}.upstream_api"),
+                "must be `openai` or `anthropic`",
+            );
+            UpstreamApi::default()
+        }),
+    };
     if errors.list.len() > before || !intact {
         return None;
     }
@@ -164,6 +173,7 @@ fn model(
         created: raw.created.unwrap_or(0),
         default_max_tokens,
         enforce_output_limit: raw.enforce_output_limit.unwrap_or(false),
+        upstream_api,
     })
 }
 

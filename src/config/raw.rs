@@ -200,6 +200,7 @@ pub(super) struct RawModel {
     pub(super) created: Option<u64>,
     pub(super) default_max_tokens: Option<u64>,
     pub(super) enforce_output_limit: Option<bool>,
+    pub(super) upstream_api: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -4,8 +4,10 @@
 
 use super::context::{Failure, RequestContext};
 use super::downstream::gateway_headers;
+use super::translation;
 use super::{Proxy, SERVED_MODEL};
 use crate::catalog::{Catalog, Key, Model};
+use crate::endpoint::EndpointType;
 use crate::http1::server::Session;
 use crate::response_id::IdIssuer;
 use crate::upstream::{self, Delivery, Dispatch, RequestBody, Stored};
@@ -32,6 +34,7 @@ impl Proxy {
             inject_usage,
             fallbacks,
             operation,
+            kind,
         } = destination;
         let models: Vec<&Model> = std::iter::once(requested)
             .chain(fallbacks.iter().map(|m| m.as_ref()))
@@ -40,10 +43,16 @@ impl Proxy {
         for (tried, model) in models.iter().enumerate() {
             let mut response_headers = gateway_headers(ctx);
             response_headers.push((SERVED_MODEL, model.id.clone()));
+            // A model whose upstream speaks the other API gets the request translated.
+            let translated = translation::translated(kind, path, &body, model)?;
+            let (body, path, translation, inject_usage) = match &translated {
+                Some(t) => (t.body(), t.path, Some(t.answer), false),
+                None => (body.clone(), path, None, inject_usage),
+            };
             let dispatch = Dispatch {
                 model,
                 pool: &self.pool,
-                body: body.clone(),
+                body,
                 path,
                 stored: stored.take(),
                 ids,
@@ -59,6 +68,8 @@ impl Proxy {
                 fallback_follows: tried + 1 < models.len(),
                 trace: ctx.trace.as_ref(),
                 operation,
+                translation,
+                error_shape: ctx.error_shape,
             };
             // Every model's time on its upstreams counts as upstream time.
             let waited = std::mem::take(&mut ctx.exchange).upstream_wait;
@@ -119,4 +130,7 @@ pub(super) struct Destination<'a> {
     pub(super) fallbacks: Vec<&'a Arc<Model>>,
     /// `gen_ai.operation.name` of its upstream attempts.
     pub(super) operation: &'static str,
+    /// The route's endpoint type (a model whose upstream speaks the other API than the
+    /// route gets the request translated).
+    pub(super) kind: EndpointType,
 }
