@@ -11,6 +11,7 @@
 //! with the error collector and scalar checks of `values`.
 
 mod admin;
+mod budget;
 mod key;
 mod keys_alone;
 mod model;
@@ -27,6 +28,7 @@ mod upstream;
 mod values;
 
 pub use admin::{AdminToken, ENV_TOKEN_NAME};
+pub use budget::{Budget, OwnerConfig, Price, MICROS_PER_USD};
 pub use keys_alone::with_keys_file;
 pub use values::{name_problem, parse_size, text_problem};
 
@@ -128,6 +130,8 @@ pub struct Config {
     /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
     /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
     pub admin_tokens: Vec<AdminToken>,
+    /// `owners:`: budgets shared by every key of an owner.
+    pub owners: Vec<OwnerConfig>,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
@@ -313,6 +317,8 @@ pub struct ModelConfig {
     /// A request that sets no output limit gets `default_max_tokens` written into it, so
     /// what is reserved is a ceiling.
     pub enforce_output_limit: bool,
+    /// What its tokens cost (`price`), in micro-dollars per million; `None`: unpriced.
+    pub price: Option<Price>,
 }
 
 #[derive(Debug, Clone)]
@@ -344,6 +350,8 @@ pub struct KeyConfig {
     pub max_concurrent: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub tokens_per_day: Option<NonZeroU64>,
+    /// The key's own money budget (its owner's is in `owners`).
+    pub budget: Option<Budget>,
 }
 
 /// Reads the configuration file and the keys file it names, then validates both.
@@ -495,6 +503,8 @@ pub fn parse_with(
         raw.metric_labels.unwrap_or_default(),
         keys_complete.then_some(keys.as_slice()),
     );
+    let owners = budget::owners(&mut errors, raw.owners);
+    budget::check_budgets(&mut errors, &owners, &keys, &models);
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
@@ -503,5 +513,6 @@ pub fn parse_with(
     config.tracing = tracing;
     config.response_ids = response_ids;
     config.admin_tokens = admin_tokens;
+    config.owners = owners;
     Ok(config)
 }

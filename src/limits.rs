@@ -16,11 +16,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 mod admin_store;
+mod budget;
 mod connection;
 mod store;
 mod tokens;
 
 pub use admin_store::{AdminStore, StoredLimits};
+pub use budget::{cost_micros, format_usd, BudgetHold, BudgetWindow, Budgets, Period, Scope};
 pub use store::{Grant, Shared, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 

@@ -32,6 +32,7 @@ mod context;
 mod downstream;
 mod fallback;
 mod outcome;
+mod spend;
 mod stored;
 
 pub use context::RequestContext;
@@ -402,8 +403,10 @@ impl Proxy {
             .enforce_output_limit
             .then_some(model.default_max_tokens);
         ctx.output_limit = read.output_limit(endpoint.kind, enforced);
-        let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
-        self.admit_tokens(ctx, key, estimate).await?;
+        let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
+        self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
+        // The key's and its owner's money budgets, once its tokens are admitted.
+        self.reserve_budget(ctx, key, model, parts)?;
         // 7. Upstream.
         let destination = Destination {
             model,

@@ -10,7 +10,7 @@
 use crate::catalog::Key;
 use crate::clock::rfc3339;
 use crate::gateway::Gateway;
-use crate::limits::{RateStatus, StoredLimits, TokenStatus, Window};
+use crate::limits::{format_usd, BudgetWindow, RateStatus, StoredLimits, TokenStatus, Window};
 use serde_json::{json, Value};
 
 /// Where a key's windows come from.
@@ -117,6 +117,7 @@ fn view(gateway: &Gateway, key: &Key, source: Source) -> Value {
         "limits_source": source_name,
         "requests": requests,
         "tokens": tokens(&token_windows),
+        "budget": budget(&gateway.budgets.windows(key)),
         "in_flight": in_flight,
         "last_used": last_used_ms.map(rfc3339),
         "last_used_seconds_ago": usage.since_last_request.map(|since| since.as_secs_f64()),
@@ -143,4 +144,27 @@ fn tokens(windows: &[TokenStatus]) -> Value {
         (name.to_owned(), view)
     });
     Value::Object(entries.collect())
+}
+
+/// The key's money budgets and its owner's (`null` without any), as this replica's
+/// ledger holds them: each window's limit, spend and what is left in USD, and its reset.
+fn budget(windows: &[BudgetWindow]) -> Value {
+    if windows.is_empty() {
+        return Value::Null;
+    }
+    let entries: Vec<Value> = windows
+        .iter()
+        .map(|w| {
+            json!({
+                "scope": w.scope.name(),
+                "name": w.name,
+                "window": w.period.name(),
+                "limit_usd": format_usd(w.limit_micros),
+                "spent_usd": format_usd(w.spent_micros),
+                "remaining_usd": format_usd(w.remaining_micros()),
+                "resets_at": rfc3339(w.resets_at_unix_ms),
+            })
+        })
+        .collect();
+    Value::Array(entries)
 }

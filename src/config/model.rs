@@ -149,6 +149,10 @@ fn model(
             format!("must be at most {MAX_OUTPUT_TOKENS}"),
         );
     }
+    let price = raw
+        .price
+        .as_ref()
+        .and_then(|price| super::budget::price(errors, &format!("{path}.price"), price));
     if errors.list.len() > before || !intact {
         return None;
     }
@@ -164,6 +168,7 @@ fn model(
         created: raw.created.unwrap_or(0),
         default_max_tokens,
         enforce_output_limit: raw.enforce_output_limit.unwrap_or(false),
+        price,
     })
 }
 
