@@ -23,7 +23,7 @@ mod tokens;
 
 pub use admin_store::{AdminStore, StoredLimits};
 pub use budget::{cost_micros, format_usd, BudgetHold, BudgetWindow, Budgets, Period, Scope};
-pub use store::{Grant, Shared, Store};
+pub use store::{Grant, Shared, SharedBudget, SharedBudgetHold, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway

@@ -406,7 +406,7 @@ impl Proxy {
         let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
         self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
         // The key's and its owner's money budgets, once its tokens are admitted.
-        self.reserve_budget(ctx, key, model, parts)?;
+        self.reserve_budget(ctx, key, model, parts).await?;
         // 7. Upstream.
         let destination = Destination {
             model,

@@ -52,7 +52,7 @@ impl Period {
         }
     }
 
-    fn limit(self, budget: &Budget) -> Option<u64> {
+    pub(super) fn limit(self, budget: &Budget) -> Option<u64> {
         match self {
             Period::Day => budget.per_day,
             Period::Month => budget.per_month,
@@ -62,13 +62,13 @@ impl Period {
 
 /// The calendar windows containing one instant: (start, end) in Unix milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Windows {
-    day: (i64, i64),
-    month: (i64, i64),
+pub(super) struct Windows {
+    pub(super) day: (i64, i64),
+    pub(super) month: (i64, i64),
 }
 
 impl Windows {
-    fn at(unix_ms: i64) -> Windows {
+    pub(super) fn at(unix_ms: i64) -> Windows {
         let day_start = unix_ms - unix_ms.rem_euclid(DAY_MS);
         Windows {
             day: (day_start, day_start.saturating_add(DAY_MS)),
@@ -76,7 +76,7 @@ impl Windows {
         }
     }
 
-    fn of(&self, period: Period) -> (i64, i64) {
+    pub(super) fn of(&self, period: Period) -> (i64, i64) {
         match period {
             Period::Day => self.day,
             Period::Month => self.month,
@@ -202,7 +202,7 @@ pub fn format_usd(micros: u64) -> String {
 }
 
 /// The budgets that apply to `key`: its own, then its owner's.
-fn budgets_of(key: &Key) -> impl Iterator<Item = (Scope, &str, &Budget)> {
+pub(super) fn budgets_of(key: &Key) -> impl Iterator<Item = (Scope, &str, &Budget)> {
     let own = key
         .budget
         .as_ref()

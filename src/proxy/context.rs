@@ -4,7 +4,7 @@
 
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
-use crate::limits::{BudgetHold, Grant, Permit, RateStatus, Reservation, TokenStatus};
+use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
 use crate::telemetry::RequestTrace;
 use crate::upstream::{AfterCut, Called, Exchange};
 use pingora::Error;
@@ -39,7 +39,7 @@ pub struct RequestContext {
     /// The price of the model asked for, when it has one.
     pub(super) price: Option<crate::config::Price>,
     /// Money reserved in the key's and its owner's budgets, until the cost settles it.
-    pub(super) budget_hold: Option<BudgetHold>,
+    pub(super) budget_hold: Option<super::spend::Hold>,
     /// Micro-dollars left in the key's tightest budget window (a budgeted key only).
     pub(super) budget_remaining: Option<u64>,
     /// What the request cost, once settled (a priced model only).
