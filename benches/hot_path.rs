@@ -1,7 +1,8 @@
 //! Criterion benches for the request path's own work: key lookup, admission (key lookup +
 //! rate + concurrency, and with a token reservation settled) with 10,000 keys on one thread
 //! and two, model extraction from bodies of 1 KiB to 1 MiB, reading usage from answers and
-//! streams as they pass, rendering `/v1/models` for 500 models, and error rendering.
+//! streams as they pass, rendering `/v1/models` for 500 models, error rendering, and the
+//! Messages API's translation (a request, an answer, a 200-chunk stream).
 //!
 //! Run: `cargo bench --bench hot_path`. Results and the machine: `benches/README.md`.
 
@@ -156,6 +157,9 @@ fn stream_of(chunks: usize) -> Vec<u8> {
     stream.into_bytes()
 }
 
+/// A chat completion answer of a few hundred bytes.
+const CHAT_ANSWER: &[u8] = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a reply of a few hundred bytes, as most chat answers are, with \"quotes\" and escapes \n inside it"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":30,"total_tokens":50}}"#;
+
 fn usage_reading(c: &mut Criterion) {
     let mut group = c.benchmark_group("usage");
     let stream = stream_of(200);
@@ -186,13 +190,52 @@ fn usage_reading(c: &mut Criterion) {
             }
         })
     });
-    let answer = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a reply of a few hundred bytes, as most chat answers are, with \"quotes\" and escapes \n inside it"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":30,"total_tokens":50}}"#;
+    let answer = CHAT_ANSWER;
     group.throughput(Throughput::Bytes(answer.len() as u64));
     group.bench_function("read_json_answer", |b| {
         b.iter(|| {
             let mut scan = JsonScan::copying();
             scan.feed(black_box(answer));
             black_box(scan.usage().expect("usage"))
+        })
+    });
+    group.finish();
+}
+
+/// What translating between the Messages API and chat completions costs beside reading a
+/// plain chat stream's usage (which a translated stream pays too).
+fn translation(c: &mut Criterion) {
+    use sluice::translate::{
+        chat_answer_to_messages, messages_to_chat, MessagesEvents, StreamTranslation,
+    };
+    let mut group = c.benchmark_group("translation");
+    let request = br#"{"model":"claude","max_tokens":1024,"system":"You are a helpful assistant.","messages":[{"role":"user","content":"What is the weather like in Paris today, and should I bring an umbrella?"}],"tools":[{"name":"get_weather","description":"The weather in a city.","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}],"stream":true}"#;
+    group.bench_function("messages_request_to_chat", |b| {
+        b.iter(|| black_box(messages_to_chat(black_box(request)).expect("translates")))
+    });
+    let answer = CHAT_ANSWER;
+    group.bench_function("chat_answer_to_messages", |b| {
+        b.iter(|| black_box(chat_answer_to_messages(black_box(answer)).expect("translates")))
+    });
+    let stream = stream_of(200);
+    let events: Vec<&[u8]> = stream
+        .split_inclusive(|&b| b == b'\n')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .map(|pair| {
+            &stream[pair[0].as_ptr() as usize - stream.as_ptr() as usize..]
+                [..pair.iter().map(|l| l.len()).sum()]
+        })
+        .collect();
+    group.throughput(Throughput::Bytes(stream.len() as u64));
+    group.bench_function("chat_stream_200_chunks_to_messages", |b| {
+        b.iter(|| {
+            let mut translation = StreamTranslation::ToMessages(MessagesEvents::new());
+            let mut out = 0;
+            for event in &events {
+                out += translation.event(event).len();
+            }
+            black_box(out)
         })
     });
     group.finish();
@@ -222,6 +265,7 @@ criterion_group!(
     admission,
     model_extraction,
     usage_reading,
+    translation,
     rendering
 );
 criterion_main!(benches);

@@ -64,6 +64,8 @@ pub struct Model {
     pub enforce_output_limit: bool,
     /// What its tokens cost, in micro-dollars per million; `None`: unpriced (free).
     pub price: Option<crate::config::Price>,
+    /// The API its upstreams speak (`upstream_api`).
+    pub upstream_api: crate::endpoint::UpstreamApi,
 }
 
 /// A client API key's settings. The key itself is never held, only its hash.
@@ -256,6 +258,7 @@ impl Catalog {
                     default_max_tokens: m.default_max_tokens,
                     enforce_output_limit: m.enforce_output_limit,
                     price: m.price,
+                    upstream_api: m.upstream_api,
                 })
             })
             .collect();

@@ -319,6 +319,8 @@ pub struct ModelConfig {
     pub enforce_output_limit: bool,
     /// What its tokens cost (`price`), in micro-dollars per million; `None`: unpriced.
     pub price: Option<Price>,
+    /// The API its upstreams speak: requests on the other API's route are translated.
+    pub upstream_api: crate::endpoint::UpstreamApi,
 }
 
 #[derive(Debug, Clone)]

@@ -17,11 +17,13 @@
 //! | `POST /v1/rerank` | `rerank.rs` |
 //! | `POST /v1/moderations` | `moderation.rs` |
 //! | `POST /v1/audio/speech`, `/transcriptions`, `/translations` | `audio.rs` (forms: `multipart.rs`) |
+//! | `POST /v1/messages`, `/v1/messages/count_tokens` (Anthropic's shapes) | `messages.rs` |
 
 mod audio;
 mod chat;
 mod completions;
 mod embeddings;
+mod messages;
 mod moderation;
 mod multipart;
 mod reply;
@@ -124,6 +126,8 @@ impl Echo {
             ("POST", "/v1/responses/input_tokens") => with_json(&responses::input_tokens),
             ("POST", "/v1/rerank") => with_json(&rerank::reply),
             ("POST", "/v1/moderations") => with_json(&moderation::reply),
+            ("POST", "/v1/messages") => with_json(&messages::reply),
+            ("POST", "/v1/messages/count_tokens") => with_json(&messages::count_tokens),
             ("POST", "/v1/audio/speech") => with_json(&audio::speech),
             ("POST", "/v1/audio/transcriptions") => {
                 audio::transcribe(Task::Transcribe, request.content_type, request.body)

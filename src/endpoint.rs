@@ -13,10 +13,33 @@ pub enum EndpointType {
     AudioTranscription,
     AudioSpeech,
     Moderation,
+    /// Anthropic's Messages API (`POST /v1/messages`).
+    Messages,
+}
+
+/// The API a model's upstream speaks (`upstream_api`): where it differs from the route's,
+/// requests and answers are translated (`translate.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamApi {
+    /// OpenAI's (chat completions and the rest), and what OpenAI-compatible servers speak.
+    #[default]
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl UpstreamApi {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(UpstreamApi::OpenAi),
+            "anthropic" => Some(UpstreamApi::Anthropic),
+            _ => None,
+        }
+    }
 }
 
 impl EndpointType {
-    pub const ALL: [EndpointType; 8] = [
+    pub const ALL: [EndpointType; 9] = [
         EndpointType::Chat,
         EndpointType::Completions,
         EndpointType::Embeddings,
@@ -25,6 +48,7 @@ impl EndpointType {
         EndpointType::AudioTranscription,
         EndpointType::AudioSpeech,
         EndpointType::Moderation,
+        EndpointType::Messages,
     ];
 
     /// The name in the configuration and in `/v1/models`.
@@ -38,6 +62,7 @@ impl EndpointType {
             EndpointType::AudioTranscription => "audio_transcription",
             EndpointType::AudioSpeech => "audio_speech",
             EndpointType::Moderation => "moderation",
+            EndpointType::Messages => "messages",
         }
     }
 
@@ -45,7 +70,7 @@ impl EndpointType {
     /// where they have one: `chat`, `text_completion`, `embeddings`).
     pub fn operation(self) -> &'static str {
         match self {
-            EndpointType::Chat | EndpointType::Responses => "chat",
+            EndpointType::Chat | EndpointType::Responses | EndpointType::Messages => "chat",
             EndpointType::Completions => "text_completion",
             EndpointType::Embeddings => "embeddings",
             EndpointType::Rerank => "rerank",
@@ -70,6 +95,7 @@ impl EndpointType {
             EndpointType::AudioTranscription => "POST /v1/audio/transcriptions",
             EndpointType::AudioSpeech => "POST /v1/audio/speech",
             EndpointType::Moderation => "POST /v1/moderations",
+            EndpointType::Messages => "POST /v1/messages",
         }
     }
 
@@ -81,6 +107,7 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::AudioTranscription
+                | EndpointType::Messages
         )
     }
 
@@ -92,6 +119,7 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::AudioTranscription
+                | EndpointType::Messages
         )
     }
 
@@ -103,19 +131,23 @@ impl EndpointType {
                 | EndpointType::Completions
                 | EndpointType::Responses
                 | EndpointType::Embeddings
+                | EndpointType::Messages
         )
     }
 
     /// Whether `tools` is a thing on it (then the model needs `tool_calling`).
     pub fn takes_tools(self) -> bool {
-        matches!(self, EndpointType::Chat | EndpointType::Responses)
+        matches!(
+            self,
+            EndpointType::Chat | EndpointType::Responses | EndpointType::Messages
+        )
     }
 
     /// The fields its JSON body must have besides `model` (`messages` for chat is checked
     /// in depth on its own).
     pub fn required_fields(self) -> &'static [&'static str] {
         match self {
-            EndpointType::Chat => &["messages"],
+            EndpointType::Chat | EndpointType::Messages => &["messages"],
             EndpointType::Completions => &["prompt"],
             EndpointType::Embeddings | EndpointType::Moderation | EndpointType::AudioSpeech => {
                 &["input"]
@@ -145,7 +177,7 @@ pub struct Endpoint {
 }
 
 /// Every route that creates something from a model named in the body.
-pub const ENDPOINTS: [Endpoint; 10] = [
+pub const ENDPOINTS: [Endpoint; 12] = [
     json(EndpointType::Chat, "/chat/completions"),
     json(EndpointType::Completions, "/completions"),
     json(EndpointType::Embeddings, "/embeddings"),
@@ -164,7 +196,13 @@ pub const ENDPOINTS: [Endpoint; 10] = [
     },
     json(EndpointType::AudioSpeech, "/audio/speech"),
     json(EndpointType::Moderation, "/moderations"),
+    json(EndpointType::Messages, "/messages"),
+    json(EndpointType::Messages, "/messages/count_tokens"),
 ];
+
+/// The path of Messages' `count_tokens`, answered by the gateway when the model's upstream
+/// does not speak Anthropic's API.
+pub const COUNT_TOKENS_PATH: &str = "/messages/count_tokens";
 
 const fn json(kind: EndpointType, path: &'static str) -> Endpoint {
     Endpoint {

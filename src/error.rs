@@ -26,6 +26,8 @@ pub enum RequestError {
     MissingApiKey,
     /// No key has this hash.
     InvalidApiKey,
+    /// `Authorization: Bearer` and `x-api-key` name different keys (also `invalid_api_key`).
+    ConflictingApiKeys,
     /// The key exists but may not be used now (also `invalid_api_key`); the message says
     /// why, about this key only.
     InactiveApiKey {
@@ -138,7 +140,7 @@ impl RequestError {
             | MissingParameter { .. }
             | InvalidParameter { .. }
             | CapabilityNotSupported { .. } => 400,
-            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => 401,
+            MissingApiKey | InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => 401,
             UnknownRoute { .. }
             | ModelNotFound { .. }
             | EndpointNotSupported { .. }
@@ -167,7 +169,9 @@ impl RequestError {
     pub fn error_type(&self) -> &'static str {
         use RequestError::*;
         match self {
-            MissingApiKey | InvalidApiKey | InactiveApiKey { .. } => "authentication_error",
+            MissingApiKey | InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => {
+                "authentication_error"
+            }
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => {
                 "rate_limit_error"
             }
@@ -190,7 +194,7 @@ impl RequestError {
         match self {
             UnknownRoute { .. } => "unknown_route",
             MissingApiKey => "missing_api_key",
-            InvalidApiKey | InactiveApiKey { .. } => "invalid_api_key",
+            InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => "invalid_api_key",
             RateLimited { .. } | TokensLimited { .. } => "rate_limit_exceeded",
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
             BudgetExhausted { .. } => "insufficient_quota",
@@ -260,7 +264,10 @@ impl RequestError {
                 /v1/models)."
                 .into(),
             MissingApiKey => "No API key was provided. Send it in the header \
-                `Authorization: Bearer <API_KEY>`."
+                `Authorization: Bearer <API_KEY>` (or `x-api-key: <API_KEY>`)."
+                .into(),
+            ConflictingApiKeys => "The request carries two different API keys, in \
+                `Authorization` and in `x-api-key`. Send one key."
                 .into(),
             InvalidApiKey => "The API key is not valid. Check the key you are sending.".into(),
             InactiveApiKey { why: Inactive::Disabled } => "This API key has been disabled. \

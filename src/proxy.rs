@@ -34,20 +34,21 @@ mod fallback;
 mod outcome;
 mod spend;
 mod stored;
+mod translation;
 
 pub use context::RequestContext;
 pub use outcome::rejection_answer;
 
-use crate::auth::authenticate;
+use crate::auth::authenticate_either;
 use crate::catalog::{Catalog, Key, Model};
-use crate::endpoint::{BodyKind, Endpoint, EndpointType};
+use crate::endpoint::{BodyKind, Endpoint, EndpointType, UpstreamApi, COUNT_TOKENS_PATH};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
 use crate::http_app::App;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
-use crate::respond::{error_response, LocalResponse};
+use crate::respond::{error_response_in, ErrorShape, LocalResponse};
 use crate::response_id::IdIssuer;
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
@@ -61,6 +62,9 @@ use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
+
+/// Where Anthropic's SDKs send the API key.
+const X_API_KEY: http::HeaderName = http::HeaderName::from_static("x-api-key");
 
 /// The answer's `x-sluice-model`: the catalog model that served it.
 const SERVED_MODEL: http::HeaderName = http::HeaderName::from_static("x-sluice-model");
@@ -170,7 +174,7 @@ impl Proxy {
         match self.handle(session, ctx).await {
             Ok(()) => Ok(()),
             Err(Failure::Answer(error)) => {
-                answer(session, ctx, error_response(&error)).await?;
+                answer(session, ctx, error_response_in(ctx.error_shape, &error)).await?;
                 record_error(&self.gateway, ctx, error);
                 Ok(())
             }
@@ -206,7 +210,7 @@ impl Proxy {
         if !session.response_started() && !client_gone {
             log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
             let error = RequestError::Internal;
-            let _ = answer(session, ctx, error_response(&error)).await;
+            let _ = answer(session, ctx, error_response_in(ctx.error_shape, &error)).await;
             record_error(&self.gateway, ctx, error);
         }
     }
@@ -228,7 +232,7 @@ impl Proxy {
             // Bounded: the workers stop soon after, whatever the client does.
             let _ = tokio::time::timeout(
                 std::time::Duration::from_millis(500),
-                answer(session, ctx, error_response(&error)),
+                answer(session, ctx, error_response_in(ctx.error_shape, &error)),
             )
             .await;
             record_error(&self.gateway, ctx, error);
@@ -275,15 +279,22 @@ impl Proxy {
             .into());
         }
         let route = route(&request.method, request.uri.path())?;
+        if let Route::Create(Endpoint {
+            kind: EndpointType::Messages,
+            ..
+        }) = route
+        {
+            ctx.error_shape = ErrorShape::Messages;
+        }
         if let Some(trace) = &mut ctx.trace {
             trace.set_route(request.method.as_str(), &route.template());
         }
-        // 2. Bearer key.
-        let authorization = request
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
-        let key = match authenticate(&catalog, authorization, self.gateway.wall_clock.as_ref()) {
+        // 2. The key: `Authorization: Bearer`, or `x-api-key`.
+        let header = |name| request.headers.get(name).map(|v| v.as_bytes());
+        let authorization = header(http::header::AUTHORIZATION);
+        let x_api_key = header(X_API_KEY);
+        let clock = self.gateway.wall_clock.as_ref();
+        let key = match authenticate_either(&catalog, authorization, x_api_key, clock) {
             Ok(key) => key,
             Err(refused) => {
                 // A known key that may not be used now is named in the log and the count.
@@ -397,16 +408,27 @@ impl Proxy {
         if model.enforce_output_limit {
             read.enforce_output_limit(endpoint.kind, model.default_max_tokens);
         }
-        // The key's token windows, last: the estimate needs the body and the model.
-        ctx.usage_expected = endpoint.kind.reports_usage();
-        let enforced = model
-            .enforce_output_limit
-            .then_some(model.default_max_tokens);
-        ctx.output_limit = read.output_limit(endpoint.kind, enforced);
-        let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
-        self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
-        // The key's and its owner's money budgets, once its tokens are admitted.
-        self.reserve_budget(ctx, key, model, parts).await?;
+        if endpoint.path == COUNT_TOKENS_PATH {
+            // Counting generates nothing: no tokens reserved, no usage expected, no cost.
+            self.admit_tokens(ctx, key, 0).await?;
+            if model.upstream_api == UpstreamApi::OpenAi {
+                let counted = translation::counted_locally(read.body_bytes());
+                return answer(session, ctx, LocalResponse::json(200, counted))
+                    .await
+                    .map_err(Failure::Abort);
+            }
+        } else {
+            // The key's token windows, last: the estimate needs the body and the model.
+            ctx.usage_expected = endpoint.kind.reports_usage();
+            let enforced = model
+                .enforce_output_limit
+                .then_some(model.default_max_tokens);
+            ctx.output_limit = read.output_limit(endpoint.kind, enforced);
+            let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
+            self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
+            // The key's and its owner's money budgets, once its tokens are admitted.
+            self.reserve_budget(ctx, key, model, parts).await?;
+        }
         // 7. Upstream.
         let destination = Destination {
             model,
@@ -417,6 +439,7 @@ impl Proxy {
             inject_usage: read.usage_unasked(endpoint.kind),
             fallbacks,
             operation: endpoint.kind.operation(),
+            kind: endpoint.kind,
         };
         self.deliver(session, ctx, catalog, destination).await
     }
@@ -441,6 +464,7 @@ impl Proxy {
             inject_usage,
             fallbacks,
             operation,
+            kind,
         } = destination;
         let models: Vec<&Model> = std::iter::once(requested)
             .chain(fallbacks.iter().map(|m| m.as_ref()))
@@ -449,10 +473,16 @@ impl Proxy {
         for (tried, model) in models.iter().enumerate() {
             let mut response_headers = gateway_headers(ctx);
             response_headers.push((SERVED_MODEL, model.id.clone()));
+            // A model whose upstream speaks the other API gets the request translated.
+            let translated = translation::translated(kind, path, &body, model)?;
+            let (body, path, translation, inject_usage) = match &translated {
+                Some(t) => (t.body(), t.path, Some(t.answer), false),
+                None => (body.clone(), path, None, inject_usage),
+            };
             let dispatch = Dispatch {
                 model,
                 pool: &self.pool,
-                body: body.clone(),
+                body,
                 path,
                 stored: stored.take(),
                 ids,
@@ -468,6 +498,8 @@ impl Proxy {
                 fallback_follows: tried + 1 < models.len(),
                 trace: ctx.trace.as_ref(),
                 operation,
+                translation,
+                error_shape: ctx.error_shape,
             };
             // Every model's time on its upstreams counts as upstream time.
             let waited = std::mem::take(&mut ctx.exchange).upstream_wait;
@@ -528,4 +560,7 @@ struct Destination<'a> {
     fallbacks: Vec<&'a Arc<Model>>,
     /// `gen_ai.operation.name` of its upstream attempts.
     operation: &'static str,
+    /// The route's endpoint type (a model whose upstream speaks the other API than the
+    /// route gets the request translated).
+    kind: EndpointType,
 }

@@ -183,6 +183,7 @@ pub fn output_limit_fields(kind: EndpointType) -> &'static [&'static str] {
         EndpointType::Chat => &["max_completion_tokens", "max_tokens"],
         EndpointType::Completions => &["max_tokens"],
         EndpointType::Responses => &["max_output_tokens"],
+        EndpointType::Messages => &["max_tokens"],
         _ => &[],
     }
 }

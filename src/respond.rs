@@ -37,9 +37,40 @@ pub fn envelope(error: &RequestError) -> Bytes {
     Bytes::from(body.to_string())
 }
 
+/// The API whose error envelope a client reads: OpenAI's everywhere, Anthropic's on the
+/// Messages API's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorShape {
+    #[default]
+    OpenAi,
+    Messages,
+}
+
+/// Anthropic's error envelope, its `type` from the status (`code` and `param` have no
+/// place in it: the message names the parameter).
+pub fn messages_envelope(error: &RequestError) -> Bytes {
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {
+            "type": crate::translate::messages_error_type(error.status()),
+            "message": error.message(),
+        }
+    });
+    Bytes::from(body.to_string())
+}
+
 /// The full answer to a gateway-made error, headers included.
 pub fn error_response(error: &RequestError) -> LocalResponse {
-    let mut response = LocalResponse::json(error.status(), envelope(error));
+    error_response_in(ErrorShape::OpenAi, error)
+}
+
+/// The full answer to a gateway-made error in the client's API's envelope.
+pub fn error_response_in(shape: ErrorShape, error: &RequestError) -> LocalResponse {
+    let body = match shape {
+        ErrorShape::OpenAi => envelope(error),
+        ErrorShape::Messages => messages_envelope(error),
+    };
+    let mut response = LocalResponse::json(error.status(), body);
     if error.status() == 401 {
         response.headers.push(("www-authenticate", "Bearer".into()));
     }
@@ -67,9 +98,23 @@ pub fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
 /// The SSE event that ends a stream the gateway had to cut, so no client mistakes it for a
 /// finished one. Starts with a blank line in case the upstream stopped mid-event.
 pub fn stream_error_event(error: &RequestError) -> Bytes {
+    stream_error_event_in(ErrorShape::OpenAi, error)
+}
+
+/// The SSE event that ends a cut stream, in the client's API's shape (Anthropic's is an
+/// `error` event).
+pub fn stream_error_event_in(shape: ErrorShape, error: &RequestError) -> Bytes {
     let mut event = Vec::with_capacity(256);
-    event.extend_from_slice(b"\n\ndata: ");
-    event.extend_from_slice(&envelope(error));
+    match shape {
+        ErrorShape::OpenAi => {
+            event.extend_from_slice(b"\n\ndata: ");
+            event.extend_from_slice(&envelope(error));
+        }
+        ErrorShape::Messages => {
+            event.extend_from_slice(b"\n\nevent: error\ndata: ");
+            event.extend_from_slice(&messages_envelope(error));
+        }
+    }
     event.extend_from_slice(b"\n\n");
     Bytes::from(event)
 }
@@ -88,6 +133,63 @@ mod tests {
         );
         assert_eq!(body["error"]["code"], "missing_api_key");
         assert_eq!(body["error"]["type"], "authentication_error");
+    }
+
+    #[test]
+    fn the_messages_envelope_is_anthropics_with_the_same_status_and_headers() {
+        let table = [
+            (RequestError::MissingApiKey, 401, "authentication_error"),
+            (
+                RequestError::UnknownRoute {
+                    repeated_prefix: false,
+                },
+                404,
+                "not_found_error",
+            ),
+            (
+                RequestError::ModelNotFound { model: "m".into() },
+                404,
+                "not_found_error",
+            ),
+            (
+                RequestError::RateLimited {
+                    retry_after: Duration::from_secs(2),
+                },
+                429,
+                "rate_limit_error",
+            ),
+            (
+                RequestError::MissingParameter { param: "messages" },
+                400,
+                "invalid_request_error",
+            ),
+            (
+                RequestError::RequestTooLarge { limit_bytes: 1 },
+                413,
+                "invalid_request_error",
+            ),
+            (
+                RequestError::Overloaded {
+                    retry_after: Duration::from_secs(1),
+                },
+                503,
+                "overloaded_error",
+            ),
+            (RequestError::Internal, 500, "api_error"),
+            (RequestError::UpstreamTimeout, 504, "api_error"),
+        ];
+        for (error, status, kind) in table {
+            let openai = error_response(&error);
+            let messages = error_response_in(ErrorShape::Messages, &error);
+            assert_eq!(messages.status, status, "{error:?}");
+            assert_eq!(messages.headers, openai.headers, "same headers: {error:?}");
+            let body: serde_json::Value = serde_json::from_slice(&messages.body).unwrap();
+            assert_eq!(body["type"], "error");
+            assert_eq!(body["error"]["type"], kind, "{error:?}");
+            assert_eq!(body["error"]["message"], error.message());
+        }
+        let event = stream_error_event_in(ErrorShape::Messages, &RequestError::UpstreamTimeout);
+        assert!(event.starts_with(b"\n\nevent: error\ndata: {"), "{event:?}");
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! | `error_record.rs` | what the access log keeps of an upstream's own error answer     |
 //! | `redaction.rs` | the upstream's credential taken out of an error answer it echoes   |
 //! | `probe.rs`    | active health checks                                                |
+//! | `translated.rs` | an answer in the other API than the client's: what it gets instead |
 
 mod body;
 mod call;
@@ -43,6 +44,7 @@ mod relay;
 mod request;
 mod response;
 mod send;
+mod translated;
 mod verdict;
 
 pub use body::RequestBody;
@@ -52,6 +54,7 @@ pub use error_record::UpstreamErrorRecord;
 pub use health::Availability;
 pub use pool::{Pool, PoolPeer};
 pub use probe::{run as run_checks, CheckContext};
+pub use translated::AnswerTranslation;
 pub use verdict::{AfterCut, RESEND_REASONS};
 
 use crate::clock::Clock;

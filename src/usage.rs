@@ -98,10 +98,17 @@ impl Usage {
         };
         let cached = raw.prompt_tokens_details.or(raw.input_tokens_details);
         let reasoning = raw.completion_tokens_details.or(raw.output_tokens_details);
+        // Anthropic's Messages API leaves cached input out of `input_tokens`: tokens written
+        // to and read from its prompt cache are input all the same.
+        let cache_created = count(raw.cache_creation_input_tokens).ok()?;
+        let cache_read = count(raw.cache_read_input_tokens).ok()?;
+        let input = input
+            .saturating_add(cache_created.unwrap_or(0))
+            .saturating_add(cache_read.unwrap_or(0));
         Some(Usage {
             input,
             output,
-            cached: count(cached.and_then(|d| d.cached_tokens)).ok()?,
+            cached: cache_read.or(count(cached.and_then(|d| d.cached_tokens)).ok()?),
             reasoning: count(reasoning.and_then(|d| d.reasoning_tokens)).ok()?,
         })
     }
@@ -119,6 +126,8 @@ struct RawUsage<'a> {
     input_tokens_details: Option<Details>,
     completion_tokens_details: Option<Details>,
     output_tokens_details: Option<Details>,
+    cache_creation_input_tokens: Option<Number>,
+    cache_read_input_tokens: Option<Number>,
     #[serde(rename = "type", borrow)]
     kind: Option<std::borrow::Cow<'a, str>>,
 }

@@ -27,7 +27,7 @@ fn the_shipped_configuration_passes_check() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.starts_with(&format!(
-            "{}: OK (8 models, 1 upstream, 1 key",
+            "{}: OK (10 models, 1 upstream, 1 key",
             shipped_config()
         )),
         "the OK line counts what was loaded: {stdout}"
@@ -392,7 +392,7 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
         .collect();
     assert_eq!(
         types.len(),
-        8,
+        sluice::endpoint::EndpointType::ALL.len(),
         "the demo serves a model of each endpoint type: {types:?}"
     );
     // The README's embeddings and responses examples, through the echo backend.
@@ -426,9 +426,36 @@ async fn the_demo_serves_a_completion_and_a_stream_through_the_real_binary() {
         "hello through sluice",
         "the stored response is found by the ID the gateway gave"
     );
+    // The README's Messages API example, with the key as Anthropic's SDKs send it: passed
+    // through to the echo backend's own Messages route, and translated to its chat route.
+    let messages_headers = [
+        ("x-api-key", demo_key),
+        ("anthropic-version", "2023-06-01"),
+        ("content-type", "application/json"),
+    ];
+    for model in ["echo-messages", "echo-claude"] {
+        let body = format!(
+            r#"{{"model":"{model}","max_tokens":64,"messages":[{{"role":"user","content":"hello through sluice"}}]}}"#
+        );
+        let answer = send(
+            process.addr,
+            "POST",
+            "/v1/messages",
+            &messages_headers,
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.text());
+        let message = answer.json();
+        assert_eq!(message["type"], "message", "{model}: {message}");
+        assert_eq!(
+            message["content"][0]["text"], "hello through sluice",
+            "{model} echoes in Anthropic's shape"
+        );
+    }
     let (code, stdout, stderr) = process.stop();
     assert_eq!(code, Some(0), "a clean exit: {stderr}");
-    assert_eq!(stdout.lines().count(), 6, "six access log lines");
+    assert_eq!(stdout.lines().count(), 8, "eight access log lines");
     let _ = std::fs::remove_dir_all(dir);
 }
 

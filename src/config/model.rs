@@ -5,7 +5,7 @@ use super::parsed::{items, Parsed};
 use super::raw::{RawModel, RawTarget};
 use super::values::{check_unique, required, Errors};
 use super::{ModelConfig, TargetConfig};
-use crate::endpoint::EndpointType;
+use crate::endpoint::{EndpointType, UpstreamApi};
 use crate::request_body::MAX_OUTPUT_TOKENS;
 
 /// Output tokens reserved for a request that names no limit, unless the model says.
@@ -153,6 +153,16 @@ fn model(
         .price
         .as_ref()
         .and_then(|price| super::budget::price(errors, &format!("{path}.price"), price));
+    let upstream_api = match raw.upstream_api.as_deref() {
+        None => UpstreamApi::default(),
+        Some(name) => UpstreamApi::parse(name).unwrap_or_else(|| {
+            errors.push(
+                format!("{path}.upstream_api"),
+                "must be `openai` or `anthropic`",
+            );
+            UpstreamApi::default()
+        }),
+    };
     if errors.list.len() > before || !intact {
         return None;
     }
@@ -169,6 +179,7 @@ fn model(
         default_max_tokens,
         enforce_output_limit: raw.enforce_output_limit.unwrap_or(false),
         price,
+        upstream_api,
     })
 }
 

@@ -203,6 +203,7 @@ pub(super) struct RawModel {
     pub(super) default_max_tokens: Option<u64>,
     pub(super) enforce_output_limit: Option<bool>,
     pub(super) price: Option<super::budget::RawPrice>,
+    pub(super) upstream_api: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
 use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
+use crate::respond::ErrorShape;
 use crate::telemetry::RequestTrace;
 use crate::upstream::{AfterCut, Called, Exchange};
 use pingora::Error;
@@ -65,6 +66,8 @@ pub struct RequestContext {
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
     pub(super) trace: Option<RequestTrace>,
+    /// The envelope of the gateway's own errors: Anthropic's on the Messages routes.
+    pub(super) error_shape: ErrorShape,
 }
 
 impl RequestContext {
@@ -100,6 +103,7 @@ impl RequestContext {
             shared_count: None,
             in_flight: None,
             trace: None,
+            error_shape: ErrorShape::OpenAi,
         }
     }
 }

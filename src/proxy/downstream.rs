@@ -9,7 +9,7 @@ use crate::http1::server::Session;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
-use crate::respond::LocalResponse;
+use crate::respond::{ErrorShape, LocalResponse};
 use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
@@ -24,9 +24,16 @@ const LINGER_MAX: Duration = Duration::from_secs(5);
 
 /// The headers the gateway adds to every answer: the request ID and, for a rate-limited
 /// key, its position (`x-ratelimit-*`).
+/// The request ID header of Anthropic's API.
+const MESSAGES_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
 pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(HeaderName, String)> {
     let mut headers = Vec::with_capacity(4);
     headers.push((crate::request_id::HEADER, ctx.request_id.clone()));
+    if ctx.error_shape == ErrorShape::Messages {
+        // Anthropic's name for it, which its SDKs read.
+        headers.push((MESSAGES_REQUEST_ID, ctx.request_id.clone()));
+    }
     if let Some(rate) = &ctx.rate {
         headers.extend(rate_headers(rate));
     }
@@ -233,13 +240,24 @@ impl Read {
         (input, output)
     }
 
+    /// The size of a JSON body (a form's is not read into memory: 0).
+    pub(super) fn body_bytes(&self) -> usize {
+        match self {
+            Read::Json(bytes, _) => bytes.len(),
+            Read::Form(..) => 0,
+        }
+    }
+
     /// The output limit the request carries upstream, on routes that generate text: its
     /// own, or `enforced` (the model's `default_max_tokens`, with `enforce_output_limit`)
     /// where the gateway writes that into a request that sets none; `None` when it has
     /// none. What its usage's output must stay within to be believed.
     pub(super) fn output_limit(&self, kind: EndpointType, enforced: Option<u64>) -> Option<u64> {
         let written = match kind {
-            EndpointType::Chat | EndpointType::Completions | EndpointType::Responses => enforced,
+            EndpointType::Chat
+            | EndpointType::Completions
+            | EndpointType::Responses
+            | EndpointType::Messages => enforced,
             _ => None,
         };
         match self {

@@ -84,6 +84,7 @@ impl Proxy {
             inject_usage: false,
             fallbacks: Vec::new(),
             operation: EndpointType::Responses.operation(),
+            kind: EndpointType::Responses,
         };
         self.deliver(session, ctx, catalog, destination).await
     }

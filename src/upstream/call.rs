@@ -4,8 +4,10 @@
 use super::body::Body;
 use super::error_record::UpstreamErrorRecord;
 use super::request::RequestHead;
+use super::translated::AnswerTranslation;
 use super::verdict::Onward;
 use crate::catalog::Upstream;
+use crate::respond::ErrorShape;
 use crate::response_id::IdRewrite;
 use crate::usage::Usage;
 use std::time::{Duration, Instant};
@@ -58,6 +60,12 @@ pub struct Call<'a> {
     pub rewrite: Option<IdRewrite>,
     /// Keep the model a successful answer names (`Exchange::response_model`): tracing.
     pub read_model: bool,
+    /// The upstream speaks Anthropic's Messages API (its usage is read in that shape).
+    pub messages_api: bool,
+    /// The answer is translated to the client's API.
+    pub translation: Option<AnswerTranslation>,
+    /// The envelope of an error event that ends a cut stream.
+    pub error_shape: ErrorShape,
 }
 
 /// The earlier of `at` and the total deadline, if any.

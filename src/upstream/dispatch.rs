@@ -9,19 +9,28 @@ use super::choose::{another_available, pick};
 use super::exchange::exchange;
 use super::health::Witness;
 use super::request::{request_header, upstream_target};
+use super::translated::AnswerTranslation;
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome, Reached};
 use super::{Pool, Upstreams};
 use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
+use crate::endpoint::UpstreamApi;
 use crate::error::RequestError;
 use crate::http1::server::Session;
 use crate::metrics::Metrics;
 use crate::request_body::Edits;
+use crate::respond::ErrorShape;
 use crate::response_id::{IdIssuer, IdRewrite};
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
 use pingora::Error;
 use rand::Rng;
 use std::time::{Duration, Instant};
+
+/// The header naming the version of Anthropic's API a request is written for.
+const ANTHROPIC_VERSION: &str = "anthropic-version";
+
+/// The version a translated chat completion request is written for.
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// One request to deliver.
 pub struct Dispatch<'a> {
@@ -58,6 +67,11 @@ pub struct Dispatch<'a> {
     pub trace: Option<&'a RequestTrace>,
     /// `gen_ai.operation.name` of the attempts.
     pub operation: &'static str,
+    /// The answer is translated to the client's API (the model's upstream speaks the
+    /// other one).
+    pub translation: Option<AnswerTranslation>,
+    /// The envelope the client reads errors in.
+    pub error_shape: ErrorShape,
 }
 
 /// A stored response a request names (the Responses API).
@@ -188,7 +202,7 @@ async fn attempts(
         let trace_fields = attempt.as_ref().map(AttemptTrace::upstream_headers);
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, dispatch.path, query);
-        let header = match request_header(
+        let header = request_header(
             session.req_header(),
             upstream,
             &path,
@@ -196,7 +210,18 @@ async fn attempts(
             body.len(),
             client_address.as_deref(),
             trace_fields.as_deref(),
-        ) {
+        )
+        .and_then(|mut header| {
+            // Anthropic's API requires a version; an OpenAI client sends none.
+            let needs_version =
+                matches!(dispatch.translation, Some(AnswerTranslation::ToChat { .. }))
+                    && !session.req_header().headers.contains_key(ANTHROPIC_VERSION);
+            if needs_version {
+                header.add_field(ANTHROPIC_VERSION, DEFAULT_ANTHROPIC_VERSION)?;
+            }
+            Ok(header)
+        });
+        let header = match header {
             Ok(header) => header,
             Err(e) => {
                 log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
@@ -232,6 +257,9 @@ async fn attempts(
                 IdRewrite::new(issuer, &model.id, &upstream.name, &known)
             }),
             read_model: attempt.as_ref().is_some_and(AttemptTrace::is_recording),
+            messages_api: model.upstream_api == UpstreamApi::Anthropic,
+            translation: dispatch.translation,
+            error_shape: dispatch.error_shape,
         };
         // A resend starts afresh: the status of a handed-back 429 is not this request's.
         measured.status = None;

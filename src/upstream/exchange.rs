@@ -13,7 +13,7 @@
 //! credential redacted before the client or the access log sees it.
 
 use super::call::{bounded, Call, Exchange, Outgoing};
-use super::error_record::UpstreamErrorRecord;
+use super::error_record::{UpstreamErrorRecord, KEPT_BODY_BYTES};
 use super::http1::Http1;
 use super::pool::Pool;
 use super::redaction::{redact, redact_fields, redacted};
@@ -23,6 +23,7 @@ use super::relay::{
 };
 use super::response::{is_event_stream, response_header, upstream_retry_after, Framing};
 use super::send::{send, Answer, Early, NoAnswer, Request};
+use super::translated::AnswerTranslation;
 use super::verdict::{hands_back, Connection, EarlyFailure, Outcome, Reached};
 use crate::catalog::Upstream;
 use crate::error::RequestError;
@@ -154,20 +155,29 @@ pub(super) async fn exchange(
     measured.event_stream = is_event_stream(&to_client);
     measured.upstream_retry_after = retry_after;
     let success = (200..300).contains(&status);
-    let edit = match (call.rewrite.clone(), call.strip_usage) {
-        (Some(rewrite), _) if success => Some(Edit::Rewrite(rewrite)),
-        (None, true) if success && measured.event_stream => Some(Edit::StripUsage),
+    let edit = match (call.rewrite.clone(), call.strip_usage, call.translation) {
+        (_, _, Some(translation)) if success && measured.event_stream => {
+            Some(Edit::Translate(Box::new(translation.stream())))
+        }
+        (Some(rewrite), _, _) if success => Some(Edit::Rewrite(rewrite)),
+        (None, true, _) if success && measured.event_stream => Some(Edit::StripUsage),
         _ => None,
     };
+    // An answer in the other API than the client's that is not a successful stream (a
+    // JSON answer, or an error) is read whole and translated.
+    let translating = call
+        .translation
+        .filter(|_| !(success && measured.event_stream));
     // Boxed: ~480 bytes the request's future would hold for the whole answer.
     let mut passing = Box::new(Passing {
         // An error answer's first bytes are kept as they pass, for the error record.
         kept: (status >= 400).then(Vec::new),
-        reading: success.then(|| Reading::for_answer(measured.event_stream)),
+        reading: success.then(|| Reading::for_answer(measured.event_stream, call.messages_api)),
         edit,
         events: EventReader::default(),
         edits_skipped: false,
         head: (success && call.read_model).then(Vec::new),
+        untranslatable: false,
     });
     // Read before anything of it goes out: a JSON answer whose IDs change length (whole,
     // rewritten, sent with its new length), an error answer that may echo the upstream's
@@ -181,14 +191,14 @@ pub(super) async fn exchange(
         redact_fields(upstream, &mut to_client);
     }
     let held_limit = match framing {
-        _ if rewriting || redacts => Some(MAX_REWRITTEN_BYTES),
+        _ if rewriting || redacts || translating.is_some() => Some(MAX_REWRITTEN_BYTES),
         Framing::Length(_) if !measured.event_stream => Some(HELD_BYTES),
         _ => None,
     };
     let mut held = None;
     if let Some(limit) = held_limit {
         match read_held(session, &mut connection, call, deadline, measured, limit).await {
-            Ok(Held::Start(_)) if rewriting || redacts => {
+            Ok(Held::Start(_)) if rewriting || redacts || translating.is_some() => {
                 connection.shutdown().await;
                 return Outcome::Failed {
                     error: RequestError::UpstreamProtocolError,
@@ -200,6 +210,38 @@ pub(super) async fn exchange(
         }
     }
     let held = match (held, &mut passing.edit) {
+        (Some(Held::Whole(body)), _) if translating.is_some() => {
+            // An error answer loses the upstream's credential before anything else.
+            let body = match redacts.then(|| redact(upstream, &body)) {
+                Some(std::borrow::Cow::Owned(clean)) => Bytes::from(clean),
+                _ => body,
+            };
+            if let Some(reading) = &mut passing.reading {
+                reading.feed(&body);
+                measured.usage = reading.usage();
+            }
+            if let Some(kept) = &mut passing.kept {
+                kept.extend_from_slice(&body[..body.len().min(KEPT_BODY_BYTES)]);
+            }
+            let translation = translating.unwrap_or(AnswerTranslation::ToMessages);
+            let Some(body) = translation.body(status, &body) else {
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream answer cannot be translated");
+                connection.shutdown().await;
+                return Outcome::Failed {
+                    error: RequestError::UpstreamProtocolError,
+                    reached: Reached::Maybe,
+                };
+            };
+            let body = Bytes::from(body);
+            to_client.remove_header(&TRANSFER_ENCODING);
+            to_client
+                .insert_header(CONTENT_LENGTH, HeaderValue::from(body.len()))
+                .ok();
+            to_client
+                .insert_header(http::header::CONTENT_TYPE, "application/json")
+                .ok();
+            Some(Held::Whole(body))
+        }
         (Some(Held::Whole(body)), Some(Edit::Rewrite(rewrite))) if rewriting => {
             // Read now: the whole answer is here even if the client leaves before it is
             // sent.

@@ -12,8 +12,9 @@ use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::http1::server::Session;
 use crate::http1::sse::{EventReader, EventTail, TooLong};
-use crate::respond::stream_error_event;
+use crate::respond::stream_error_event_in;
 use crate::response_id::IdRewrite;
+use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
 use pingora::{Error, ErrorType};
@@ -41,6 +42,8 @@ pub(super) struct Passing {
     pub edits_skipped: bool,
     /// A successful answer's first bytes, for the model it names (traces only).
     pub head: Option<Vec<u8>>,
+    /// A translated stream had an event past the bound of what is held: it is cut.
+    pub untranslatable: bool,
 }
 
 /// A change made to every event of a stream.
@@ -49,20 +52,25 @@ pub(super) enum Edit {
     Rewrite(IdRewrite),
     /// Take out the usage the gateway asked for and the client did not.
     StripUsage,
+    /// The stream is in the other API than the client's: each event is translated.
+    Translate(Box<StreamTranslation>),
 }
 
-/// Reading the usage of an answer: a JSON document, or an event stream.
+/// Reading the usage of an answer: a JSON document, or an event stream (an Anthropic
+/// stream's usage is spread over `message_start` and `message_delta`).
 pub(super) enum Reading {
     Json(JsonScan),
     Events(EventUsage),
+    MessagesEvents(MessagesUsageReader),
 }
 
 impl Reading {
-    pub fn for_answer(event_stream: bool) -> Reading {
-        if event_stream {
-            Reading::Events(EventUsage::default())
-        } else {
-            Reading::Json(JsonScan::copying())
+    /// `messages_api`: the upstream speaks Anthropic's Messages API.
+    pub fn for_answer(event_stream: bool, messages_api: bool) -> Reading {
+        match (event_stream, messages_api) {
+            (true, true) => Reading::MessagesEvents(MessagesUsageReader::default()),
+            (true, false) => Reading::Events(EventUsage::default()),
+            (false, _) => Reading::Json(JsonScan::copying()),
         }
     }
 
@@ -70,6 +78,7 @@ impl Reading {
         match self {
             Reading::Json(scan) => scan.feed(bytes),
             Reading::Events(events) => events.feed(bytes),
+            Reading::MessagesEvents(events) => events.feed(bytes),
         }
     }
 
@@ -77,6 +86,7 @@ impl Reading {
         match self {
             Reading::Json(scan) => scan.usage(),
             Reading::Events(events) => events.last(),
+            Reading::MessagesEvents(events) => events.usage(),
         }
     }
 }
@@ -110,8 +120,14 @@ impl Passing {
                 Stripped::Edited(edited) => out.extend_from_slice(&edited),
                 Stripped::Dropped => {}
             },
+            Edit::Translate(translation) => out.extend_from_slice(&translation.event(event)),
         });
-        if let Err(TooLong(held)) = read {
+        if let (Err(TooLong(_)), Some(Edit::Translate(_))) = (&read, &self.edit) {
+            // An event too large to translate: the stream cannot go on in the client's
+            // API (`relay_body` cuts it).
+            self.edit = None;
+            self.untranslatable = true;
+        } else if let Err(TooLong(held)) = read {
             // One event past the bound: it and the rest of the stream pass as they come.
             self.edit = None;
             self.edits_skipped = true;
@@ -261,6 +277,31 @@ pub(super) async fn relay_body(
         let read = next_chunk(session, connection, upstream, deadline, measured).await?;
         let sent = match read {
             Next::Chunk(chunk) => passing.pass(chunk),
+            Next::End if matches!(passing.edit, Some(Edit::Translate(_))) => {
+                // The client's stream ends as its API ends one, unless the upstream's
+                // stopped before its answer was finished: then it was cut.
+                let Some(Edit::Translate(mut translation)) = passing.edit.take() else {
+                    return Ok(());
+                };
+                let mut end = translation.event(&passing.events.take_rest());
+                match translation.finish() {
+                    Some(tail_bytes) => end.extend_from_slice(&tail_bytes),
+                    None => {
+                        if !end.is_empty() {
+                            tail.remember(&end);
+                            measured.bytes_out += end.len();
+                            let written = session.write_response_body(Bytes::from(end), false);
+                            if let Err(e) = written.await {
+                                return Err(Outcome::ClientGone(e));
+                            }
+                        }
+                        log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "translated upstream stream ended before its answer was finished");
+                        let error = RequestError::UpstreamClosed;
+                        return Err(end_cut_stream(session, call, measured, error, tail).await);
+                    }
+                }
+                (!end.is_empty()).then(|| Bytes::from(end))
+            }
             Next::End if !passing.events.is_empty() => {
                 // What is left of an edited stream goes out as it is; the next read ends
                 // the stream, judged as any other (cut if it stopped inside an event).
@@ -271,19 +312,24 @@ pub(super) async fn relay_body(
             Next::End if measured.event_stream && !tail.at_event_end() => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "upstream event stream ended inside an event");
                 let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
             Next::End => return Ok(()),
             Next::Failed(e) => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
                 let error = RequestError::UpstreamClosed;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
             Next::Stalled => {
                 let error = RequestError::UpstreamTimeout;
-                return Err(end_cut_stream(session, measured, error, tail).await);
+                return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
         };
+        if passing.untranslatable {
+            log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(); "an event of a translated stream passed the bound of what is held");
+            let error = RequestError::UpstreamProtocolError;
+            return Err(end_cut_stream(session, call, measured, error, tail).await);
+        }
         let Some(chunk) = sent else {
             continue;
         };
@@ -308,6 +354,7 @@ pub(super) async fn relay_body(
 /// event and a clean end, then the connection closes; any other body can only be cut.
 async fn end_cut_stream(
     session: &mut Session,
+    call: &Call<'_>,
     measured: &mut Exchange,
     error: RequestError,
     tail: EventTail,
@@ -323,7 +370,7 @@ async fn end_cut_stream(
             then: AfterCut::Close,
         };
     }
-    let event = stream_error_event(&error);
+    let event = stream_error_event_in(call.error_shape, &error);
     // Skip the separating blank line when the last event already ended cleanly.
     let event = if tail.at_event_end() {
         event.slice(2..)

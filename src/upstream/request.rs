@@ -155,6 +155,14 @@ impl RequestHead {
         self
     }
 
+    /// Adds a field the gateway sets when the client did not (a finished head stays one).
+    pub fn add_field(&mut self, name: &str, value: &str) -> Result<()> {
+        self.wire.truncate(self.wire.len().saturating_sub(2));
+        let added = self.checked_field(name, &[value.as_bytes()]);
+        self.wire.extend_from_slice(b"\r\n");
+        added
+    }
+
     /// The head's bytes, blank line included.
     pub fn wire(&self) -> &[u8] {
         &self.wire

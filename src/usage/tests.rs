@@ -31,6 +31,12 @@ fn each_usage_shape_is_read() {
     assert_eq!(Usage::parse(rerank).map(|u| u.input), Some(11));
     let duration = br#"{"type":"duration","seconds":3}"#;
     assert_eq!(Usage::parse(duration).map(|u| u.total()), Some(0));
+    // Anthropic's Messages API: cache writes and reads are input beside `input_tokens`.
+    let messages = br#"{"input_tokens":5,"cache_creation_input_tokens":100,"cache_read_input_tokens":40,"output_tokens":7}"#;
+    assert_eq!(
+        Usage::parse(messages).map(|u| (u.input, u.output, u.cached)),
+        Some((145, 7, Some(40)))
+    );
 }
 
 #[test]
