@@ -71,6 +71,7 @@ async fn a_request_that_would_go_over_is_refused_before_the_upstream_is_called()
         "{message}"
     );
     assert_eq!(response.header("retry-after"), Some("60"), "to 00:00 UTC");
+    assert_eq!(response.header("x-should-retry"), Some("false"));
     assert!(response.header("x-request-id").is_some());
     assert_eq!(
         response.header("x-sluice-budget-remaining-usd"),
