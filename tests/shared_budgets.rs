@@ -1,6 +1,7 @@
 //! Money budgets in a real `redis-server`, shared by two replicas: one spend seen by both,
 //! an owner's budget shared by keys used on different replicas, a refusal before the
-//! upstream is called, exact costs, and the day's reset on the injected wall clock.
+//! upstream is called, exact costs, the day's reset on the injected wall clock, and a
+//! reload that changes a budget and keeps its spend.
 
 mod common;
 use common::budget::*;
@@ -120,4 +121,34 @@ async fn an_owner_budget_holds_across_replicas_and_keys() {
     assert_eq!(mock.requests().len(), 1);
     // A refused reservation takes nothing.
     assert_eq!(spent(&one, "team-a", "owner", "month").await, "0.004");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_a_shared_budget_without_forgetting_its_spend() {
+    let redis = RedisServer::start();
+    let mock = MockUpstream::start().await;
+    let yaml = shared(
+        &mock.url(),
+        &redis,
+        "{usd_per_day: 100}",
+        "{usd_per_month: 100}",
+    );
+    let gw = TestGateway::start(&yaml).await;
+    mock.set_default(usage(1000, 400, 200)); // 0.004
+    assert_eq!(chat(gw.addr(), ALPHA, &body(300)).await.status, 200);
+    until_spent(&gw, "alpha", "key", "day", "0.004").await;
+    let reloaded = yaml.replace("{usd_per_day: 100}", "{usd_per_day: 0.006}");
+    let config = sluice::config::parse("t.yaml", &reloaded, None, &test_env).unwrap();
+    gw.gateway()
+        .swap_catalog(sluice::catalog::Catalog::build(&config, 2));
+    let view = budget_view(&gw, "alpha").await;
+    assert_eq!(
+        (&view[0]["limit_usd"], &view[0]["spent_usd"]),
+        (&"0.006".into(), &"0.004".into())
+    );
+    // 0.002 left: a reservation over it is refused at once under the new limit.
+    assert!(reserved(300) > 2_000);
+    let refused = chat(gw.addr(), ALPHA, &body(300)).await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(mock.requests().len(), 1);
 }
