@@ -199,7 +199,9 @@ fn output_limit(object: &Object, kind: EndpointType) -> Result<Option<u64>, Requ
     if fields.is_empty() {
         return Ok(None);
     }
+    // Every limit sent has one value (else refused), so the route's field, if sent, has it.
     let mut seen: Option<(&str, u64)> = None;
+    let mut asked = None;
     for field in OUTPUT_LIMIT_NAMES {
         let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") else {
             continue;
@@ -224,12 +226,8 @@ fn output_limit(object: &Object, kind: EndpointType) -> Result<Option<u64>, Requ
             }
             _ => seen = Some((field, limit)),
         }
-    }
-    let mut asked = None;
-    for field in fields {
-        if let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") {
-            asked = serde_json::from_str::<u64>(raw.get()).ok();
-            break;
+        if fields.contains(&field) {
+            asked = Some(limit);
         }
     }
     Ok(asked)
@@ -357,6 +355,8 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
         )
     })?;
     let mut count = 0;
+    // One list of member names for every message, so a long conversation allocates once.
+    let mut names: Vec<Cow<str>> = Vec::new();
     for (i, message) in messages.enumerate() {
         count += 1;
         let members = json_object::members(message).ok_or_else(|| {
@@ -368,7 +368,7 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
         // A message is read, so none of its keys may repeat: the upstream must act on the
         // role and content checked here.
         let (mut raw_role, mut content) = (None, None);
-        let mut names: Vec<Cow<str>> = Vec::new();
+        names.clear();
         for (name, value) in members {
             match name.as_ref() {
                 "role" => _ = raw_role.get_or_insert(value),
@@ -421,8 +421,17 @@ fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
     Ok(())
 }
 
-/// A name that appears twice in `names` (which it sorts).
+/// A name that appears twice in `names` (which it may sort). A message has a handful of
+/// members: they are compared pairwise, without sorting, up to eight.
 fn repeated_name<'a>(names: &mut [Cow<'a, str>]) -> Option<Cow<'a, str>> {
+    if names.len() <= 8 {
+        for (i, name) in names.iter().enumerate() {
+            if names[i + 1..].contains(name) {
+                return Some(name.clone());
+            }
+        }
+        return None;
+    }
     names.sort_unstable();
     names
         .windows(2)
