@@ -68,6 +68,22 @@ pub struct AccessRecord<'a> {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub reserved_tokens: Option<u64>,
+    /// What the request cost in micro-dollars at its model's price (written as USD,
+    /// `cost_usd`); absent for an unpriced model.
+    #[serde(
+        rename = "cost_usd",
+        serialize_with = "micros_as_usd",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cost_usd: Option<u64>,
+}
+
+/// Micro-dollars written as decimal USD.
+fn micros_as_usd<S: serde::Serializer>(micros: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match micros {
+        Some(m) => s.serialize_f64(*m as f64 / 1_000_000.0),
+        None => s.serialize_none(),
+    }
 }
 
 /// How often the background writer writes what requests logged.

@@ -63,6 +63,8 @@ pub struct Model {
     pub default_max_tokens: u64,
     /// `default_max_tokens` is written into a request that sets no output limit.
     pub enforce_output_limit: bool,
+    /// What its tokens cost, in micro-dollars per million; `None`: unpriced (free).
+    pub price: Option<crate::config::Price>,
     /// The API its upstreams speak (`upstream_api`).
     pub upstream_api: crate::endpoint::UpstreamApi,
 }
@@ -87,6 +89,10 @@ pub struct Key {
     pub max_concurrent: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub tokens_per_day: Option<NonZeroU64>,
+    /// The key's own money budget.
+    pub budget: Option<crate::config::Budget>,
+    /// The budget of its owner (`owners:`), shared with the owner's other keys.
+    pub owner_budget: Option<crate::config::Budget>,
 }
 
 impl Key {
@@ -121,6 +127,9 @@ impl Key {
             max_concurrent: part(self.max_concurrent),
             tokens_per_minute: part64(self.tokens_per_minute),
             tokens_per_day: part64(self.tokens_per_day),
+            // Money is decided by the budget ledger with the key as configured.
+            budget: None,
+            owner_budget: None,
         }
     }
 
@@ -227,6 +236,7 @@ impl Catalog {
                     entry_json: Bytes::from(entry.to_string()),
                     default_max_tokens: m.default_max_tokens,
                     enforce_output_limit: m.enforce_output_limit,
+                    price: m.price,
                     upstream_api: m.upstream_api,
                 })
             })
@@ -236,8 +246,11 @@ impl Catalog {
             .enumerate()
             .map(|(i, m)| (m.id.clone(), i))
             .collect();
-        let ordered_keys: Vec<Arc<Key>> =
-            config.keys.iter().map(|k| Arc::new(build_key(k))).collect();
+        let ordered_keys: Vec<Arc<Key>> = config
+            .keys
+            .iter()
+            .map(|k| Arc::new(build_key(k, &config.owners)))
+            .collect();
         let keys = config
             .keys
             .iter()
@@ -378,7 +391,12 @@ fn fallback_order(config: &Config, id: &str) -> Vec<String> {
     order
 }
 
-fn build_key(key: &KeyConfig) -> Key {
+fn build_key(key: &KeyConfig, owners: &[crate::config::OwnerConfig]) -> Key {
+    let owner_budget = key
+        .owner
+        .as_deref()
+        .and_then(|name| owners.iter().find(|o| o.name == name))
+        .map(|o| o.budget);
     Key {
         name: key.name.clone(),
         disabled: key.disabled,
@@ -396,6 +414,8 @@ fn build_key(key: &KeyConfig) -> Key {
         max_concurrent: key.max_concurrent,
         tokens_per_minute: key.tokens_per_minute,
         tokens_per_day: key.tokens_per_day,
+        budget: key.budget,
+        owner_budget,
     }
 }
 
@@ -434,15 +454,4 @@ fn build_upstream(config: &UpstreamConfig) -> Upstream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_port_is_ignored_when_filtering_hosts() {
-        assert_eq!(strip_port("api.example.com:8080"), "api.example.com");
-        assert_eq!(strip_port("api.example.com"), "api.example.com");
-        assert_eq!(strip_port("[::1]:8080"), "[::1]");
-        assert_eq!(strip_port("[x"), "[x", "an unclosed bracket does not panic");
-        assert_eq!(strip_port("["), "[");
-    }
-}
+mod tests;

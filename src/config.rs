@@ -11,6 +11,7 @@
 //! with the error collector and scalar checks of `values`.
 
 mod admin;
+mod budget;
 mod key;
 mod keys_alone;
 mod load;
@@ -28,6 +29,7 @@ mod upstream;
 mod values;
 
 pub use admin::{AdminToken, ENV_TOKEN_NAME};
+pub use budget::{format_usd, Budget, OwnerConfig, Price, MICROS_PER_USD};
 pub use keys_alone::with_keys_file;
 pub use load::{load_files, load_files_with, parse, parse_with, read_file, HostLookup};
 pub use values::{name_problem, parse_size, text_problem};
@@ -130,6 +132,8 @@ pub struct Config {
     /// `admin_tokens` and `admin_token_env`: the tokens of the admin listener's protected
     /// endpoints; empty: only a loopback admin listener serves them (docs/operations.md).
     pub admin_tokens: Vec<AdminToken>,
+    /// `owners:`: budgets shared by every key of an owner.
+    pub owners: Vec<OwnerConfig>,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.
@@ -315,6 +319,8 @@ pub struct ModelConfig {
     /// A request that sets no output limit gets `default_max_tokens` written into it, so
     /// what is reserved is a ceiling.
     pub enforce_output_limit: bool,
+    /// What its tokens cost (`price`), in micro-dollars per million; `None`: unpriced.
+    pub price: Option<Price>,
     /// The API its upstreams speak: requests on the other API's route are translated.
     pub upstream_api: crate::endpoint::UpstreamApi,
 }
@@ -348,4 +354,6 @@ pub struct KeyConfig {
     pub max_concurrent: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub tokens_per_day: Option<NonZeroU64>,
+    /// The key's own money budget (its owner's is in `owners`).
+    pub budget: Option<Budget>,
 }

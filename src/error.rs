@@ -67,6 +67,17 @@ pub enum RequestError {
         limit: u64,
         estimate: u64,
     },
+    /// A money budget of the key or its owner has no room for the request's cost.
+    BudgetExhausted {
+        /// `key 'name'` or `owner 'name'`.
+        budget: String,
+        /// `day` or `month`.
+        window: &'static str,
+        limit_micros: u64,
+        spent_micros: u64,
+        cost_micros: u64,
+        retry_after: Duration,
+    },
     RequestTooLarge {
         limit_bytes: usize,
     },
@@ -158,7 +169,10 @@ impl RequestError {
             RequestTooLarge { .. } => 413,
             UnsupportedMediaType => 415,
             RequestHeaderTooLarge => 431,
-            RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => 429,
+            RateLimited { .. }
+            | ConcurrencyLimited { .. }
+            | TokensLimited { .. }
+            | BudgetExhausted { .. } => 429,
             Internal => 500,
             UnsupportedTransferEncoding => 501,
             UpstreamUnavailable | UpstreamClosed | UpstreamAuthFailed | UpstreamProtocolError => {
@@ -182,6 +196,7 @@ impl RequestError {
             RateLimited { .. } | ConcurrencyLimited { .. } | TokensLimited { .. } => {
                 "rate_limit_error"
             }
+            BudgetExhausted { .. } => "insufficient_quota",
             Internal | Overloaded { .. } | LimitsUnavailable => "server_error",
             UpstreamUnavailable
             | UpstreamClosed
@@ -203,6 +218,7 @@ impl RequestError {
             InvalidApiKey | ConflictingApiKeys | InactiveApiKey { .. } => "invalid_api_key",
             RateLimited { .. } | TokensLimited { .. } => "rate_limit_exceeded",
             ConcurrencyLimited { .. } => "concurrency_limit_exceeded",
+            BudgetExhausted { .. } => "insufficient_quota",
             RequestTooLarge { .. } => "request_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             InvalidJson { .. } | RepeatedKey { .. } => "invalid_json",
@@ -247,6 +263,7 @@ impl RequestError {
             RateLimited { retry_after }
             | ConcurrencyLimited { retry_after }
             | TokensLimited { retry_after, .. }
+            | BudgetExhausted { retry_after, .. }
             | NoHealthyUpstream { retry_after }
             | UpstreamSaturated { retry_after }
             | Overloaded { retry_after } => Some(*retry_after),
@@ -289,6 +306,24 @@ impl RequestError {
                 "Rate limit reached for this API key. Retry after {} ms.",
                 wait_millis(*retry_after)
             ),
+            BudgetExhausted {
+                budget,
+                window,
+                limit_micros,
+                spent_micros,
+                cost_micros,
+                retry_after,
+            } => {
+                use crate::config::format_usd;
+                format!(
+                    "Budget exhausted: the {window} budget of {budget} is {} USD and {} USD is \
+                     spent; this request may cost up to {} USD. It resets in {} s (00:00 UTC).",
+                    format_usd(*limit_micros),
+                    format_usd(*spent_micros),
+                    format_usd(*cost_micros),
+                    retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)),
+                )
+            }
             TokensLimited {
                 retry_after,
                 window,

@@ -7,7 +7,7 @@ use crate::catalog::Catalog;
 use crate::clock::{Clock, SystemWallClock, WallClock};
 use crate::config::TracingConfig;
 use crate::key_switches::KeySwitches;
-use crate::limits::{AdminStore, Limiter, Store};
+use crate::limits::{AdminStore, Budgets, Limiter, Store};
 use crate::metrics::Metrics;
 use crate::response_id::IdKeys;
 use crate::telemetry::Telemetry;
@@ -22,6 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct Gateway {
     catalog: ArcSwap<Catalog>,
     pub limiter: Limiter,
+    /// Money budgets of keys and owners, on the wall clock's calendar.
+    pub budgets: Budgets,
     /// Upstream health, load, queues and the connection pool (`upstream.rs`).
     pub upstreams: Upstreams,
     pub metrics: Metrics,
@@ -76,6 +78,7 @@ impl Gateway {
             metrics,
             access_log,
             wall_clock: Arc::new(SystemWallClock),
+            budgets: Budgets::new(Arc::new(SystemWallClock)),
             telemetry: None,
             ephemeral_ids: IdKeys::ephemeral(),
             draining: AtomicBool::new(false),
@@ -86,6 +89,7 @@ impl Gateway {
     /// The same gateway, with key validity checked against `wall_clock` (tests set the
     /// date with it).
     pub fn with_wall_clock(mut self, wall_clock: Arc<dyn WallClock>) -> Self {
+        self.budgets = Budgets::new(Arc::clone(&wall_clock));
         self.wall_clock = wall_clock;
         self
     }

@@ -15,15 +15,17 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 mod admin_store;
+mod budget;
 mod connection;
 mod rate;
 mod store;
 mod tokens;
 
 pub use admin_store::{AdminStore, StoredLimits};
+pub use budget::{cost_micros, format_usd, BudgetHold, BudgetWindow, Budgets, Period, Scope};
 pub use rate::{format_reset, rate_headers};
 use rate::{gcra, position, within_window};
-pub use store::{Grant, Shared, Store};
+pub use store::{Grant, Shared, SharedBudget, SharedBudgetHold, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway

@@ -9,7 +9,7 @@ use key_info::KeyInfo;
 use labels::{ANONYMOUS_CODES, KEY_CODES, UPSTREAM_CODES};
 pub use labels::{CONNECT_FAILED, RATE_LIMITED, RESEND_REASONS, UNKNOWN};
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    exponential_buckets, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::sync::Arc;
@@ -32,6 +32,8 @@ pub struct Metrics {
     pub model_fallbacks: IntCounterVec,
     pub upstream_queue: HistogramVec,
     pub tokens: IntCounterVec,
+    /// Money spent, in USD, by key and model (priced models only).
+    pub spend: CounterVec,
     pub usage_missing: IntCounterVec,
     pub usage_implausible: IntCounterVec,
     /// Streams whose edits stopped at an event over the bound of what is held.
@@ -188,6 +190,14 @@ impl Metrics {
             &["key", "model", "kind"],
         )
         .expect("valid metric");
+        let spend = CounterVec::new(
+            Opts::new(
+                "sluice_spend_usd_total",
+                "USD spent at the configured prices (what each request's budget settlement charged), by key and model.",
+            ),
+            &["key", "model"],
+        )
+        .expect("valid metric");
         let usage_missing = IntCounterVec::new(
             Opts::new(
                 "sluice_usage_missing_total",
@@ -301,6 +311,7 @@ impl Metrics {
             Box::new(model_fallbacks.clone()),
             Box::new(upstream_queue.clone()),
             Box::new(tokens.clone()),
+            Box::new(spend.clone()),
             Box::new(usage_missing.clone()),
             Box::new(usage_implausible.clone()),
             Box::new(upstream_health_checks.clone()),
@@ -335,6 +346,7 @@ impl Metrics {
             model_fallbacks,
             upstream_queue,
             tokens,
+            spend,
             usage_missing,
             usage_implausible,
             limits_store_up,

@@ -34,6 +34,7 @@ mod deliver;
 mod downstream;
 mod fallback;
 mod outcome;
+mod spend;
 mod stored;
 mod translation;
 
@@ -413,7 +414,7 @@ impl Proxy {
             read.enforce_output_limit(endpoint.kind, model.default_max_tokens);
         }
         if endpoint.path == COUNT_TOKENS_PATH {
-            // Counting generates nothing: no tokens reserved, no usage expected.
+            // Counting generates nothing: no tokens reserved, no usage expected, no cost.
             self.admit_tokens(ctx, key, 0).await?;
             if model.upstream_api == UpstreamApi::OpenAi {
                 let counted = translation::counted_locally(read.body_bytes());
@@ -428,8 +429,10 @@ impl Proxy {
                 .enforce_output_limit
                 .then_some(model.default_max_tokens);
             ctx.output_limit = read.output_limit(endpoint.kind, enforced);
-            let estimate = read.token_estimate(endpoint.kind, model.default_max_tokens);
-            self.admit_tokens(ctx, key, estimate).await?;
+            let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
+            self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
+            // The key's and its owner's money budgets, once its tokens are admitted.
+            self.reserve_budget(ctx, key, model, parts).await?;
         }
         // 7. Upstream.
         let destination = Destination {

@@ -77,9 +77,11 @@ pub fn error_response_in(shape: ErrorShape, error: &RequestError) -> LocalRespon
     if let Some(wait) = error.retry_after() {
         response.headers.extend(retry_after_headers(wait));
     }
-    if error.status() == 500 || *error == RequestError::UpstreamAuthFailed {
-        // The spec: a repeated 500 with the same payload is persistent; and a credential the
-        // upstream refuses stays refused until an operator fixes it. Tell SDKs not to loop.
+    let exhausted = matches!(error, RequestError::BudgetExhausted { .. });
+    if error.status() == 500 || *error == RequestError::UpstreamAuthFailed || exhausted {
+        // The spec: a repeated 500 with the same payload is persistent; a credential the
+        // upstream refuses stays refused until an operator fixes it; a spent budget stays
+        // spent until its window resets (hours away, as a rule). Tell SDKs not to loop.
         response.headers.push(("x-should-retry", "false".into()));
     }
     response

@@ -67,6 +67,7 @@ fn the_reference_lists_every_field_a_record_can_have_in_order() {
         input_tokens: Some(1),
         output_tokens: Some(1),
         reserved_tokens: Some(1),
+        cost_usd: Some(1),
         ..Default::default()
     };
     let capture = Capture::default();

@@ -76,6 +76,9 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.nullable_integer("input_tokens", record.input_tokens);
     object.nullable_integer("output_tokens", record.output_tokens);
     object.nullable_integer("reserved_tokens", record.reserved_tokens);
+    if let Some(micros) = record.cost_usd {
+        object.float("cost_usd", Some(micros as f64 / 1_000_000.0));
+    }
     object.close();
 }
 
@@ -256,6 +259,7 @@ mod tests {
             input_tokens: Some(12),
             output_tokens: Some(u64::MAX),
             reserved_tokens: Some(0),
+            cost_usd: Some(1_234_567),
         };
         assert_eq!(by_hand(&record), serde_json::to_string(&record).unwrap());
     }

@@ -10,7 +10,7 @@
 use crate::catalog::Key;
 use crate::clock::rfc3339;
 use crate::gateway::Gateway;
-use crate::limits::{RateStatus, StoredLimits, TokenStatus, Window};
+use crate::limits::{format_usd, BudgetWindow, RateStatus, StoredLimits, TokenStatus, Window};
 use serde_json::{json, Value};
 
 /// Where a key's windows come from.
@@ -45,7 +45,8 @@ pub(super) async fn list(gateway: &Gateway) -> Value {
     let mut keys = Vec::with_capacity(catalog.keys().len());
     for key in catalog.keys() {
         let source = source(gateway, key, &mut reachable).await;
-        keys.push(view(gateway, key, source));
+        let budget = budget_windows(gateway, key).await;
+        keys.push(view(gateway, key, source, budget));
     }
     json!({
         "generation": catalog.generation,
@@ -59,11 +60,12 @@ pub(super) async fn one(gateway: &Gateway, name: &str) -> Option<Value> {
     let catalog = gateway.catalog();
     let key = catalog.key_named(name)?;
     let source = source(gateway, key, &mut true).await;
-    Some(view(gateway, key, source))
+    let budget = budget_windows(gateway, key).await;
+    Some(view(gateway, key, source, budget))
 }
 
 /// One key as the admin view shows it.
-fn view(gateway: &Gateway, key: &Key, source: Source) -> Value {
+fn view(gateway: &Gateway, key: &Key, source: Source, budget: Option<Vec<BudgetWindow>>) -> Value {
     let now_ms = gateway.wall_clock.unix_millis();
     let switch = gateway.key_switches.get(&key.name);
     let inactive = key.inactive(gateway.wall_clock.as_ref());
@@ -117,6 +119,7 @@ fn view(gateway: &Gateway, key: &Key, source: Source) -> Value {
         "limits_source": source_name,
         "requests": requests,
         "tokens": tokens(&token_windows),
+        "budget": budget.as_deref().map_or(Value::Null, budget_view),
         "in_flight": in_flight,
         "last_used": last_used_ms.map(rfc3339),
         "last_used_seconds_ago": usage.since_last_request.map(|since| since.as_secs_f64()),
@@ -143,4 +146,42 @@ fn tokens(windows: &[TokenStatus]) -> Value {
         (name.to_owned(), view)
     });
     Value::Object(entries.collect())
+}
+
+/// The key's budget windows: from the limits store when there is one (`None` when it does
+/// not answer), else this replica's ledger.
+async fn budget_windows(gateway: &Gateway, key: &Key) -> Option<Vec<BudgetWindow>> {
+    if !crate::limits::Budgets::applies(key) {
+        return Some(Vec::new());
+    }
+    match &gateway.limits_store {
+        Some(store) => {
+            store
+                .budget_windows(key, gateway.wall_clock.unix_millis())
+                .await
+        }
+        None => Some(gateway.budgets.windows(key)),
+    }
+}
+
+/// The key's money budgets and its owner's (`null` without any): each window's limit, spend and what is left in USD, and its reset.
+fn budget_view(windows: &[BudgetWindow]) -> Value {
+    if windows.is_empty() {
+        return Value::Null;
+    }
+    let entries: Vec<Value> = windows
+        .iter()
+        .map(|w| {
+            json!({
+                "scope": w.scope.name(),
+                "name": w.name,
+                "window": w.period.name(),
+                "limit_usd": format_usd(w.limit_micros),
+                "spent_usd": format_usd(w.spent_micros),
+                "remaining_usd": format_usd(w.remaining_micros()),
+                "resets_at": rfc3339(w.resets_at_unix_ms),
+            })
+        })
+        .collect();
+    Value::Array(entries)
 }

@@ -180,6 +180,10 @@ fn key(
         &format!("{path}.tokens_per_day"),
         raw.tokens_per_day,
     );
+    let budget = raw
+        .budget
+        .as_ref()
+        .and_then(|budget| super::budget::budget(errors, &parsed.at("budget"), budget));
     let disabled = disabled(errors, &parsed);
     let not_before = timestamp(errors, &parsed.at("not_before"), raw.not_before.as_deref());
     let expires_at = timestamp(errors, &parsed.at("expires_at"), raw.expires_at.as_deref());
@@ -221,6 +225,7 @@ fn key(
         max_concurrent,
         tokens_per_minute,
         tokens_per_day,
+        budget,
     })
 }
 

@@ -152,6 +152,8 @@ pub fn parse_with(
         raw.metric_labels.unwrap_or_default(),
         keys_complete.then_some(keys.as_slice()),
     );
+    let owners = budget::owners(&mut errors, raw.owners);
+    budget::check_budgets(&mut errors, &owners, &keys, &models);
     if !errors.list.is_empty() {
         return Err(ConfigErrors(errors.list));
     }
@@ -160,5 +162,6 @@ pub fn parse_with(
     config.tracing = tracing;
     config.response_ids = response_ids;
     config.admin_tokens = admin_tokens;
+    config.owners = owners;
     Ok(config)
 }

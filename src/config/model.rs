@@ -148,6 +148,10 @@ fn model(
             format!("must be at most {MAX_OUTPUT_TOKENS}"),
         );
     }
+    let price = raw
+        .price
+        .as_ref()
+        .and_then(|price| super::budget::price(errors, &format!("{path}.price"), price));
     let upstream_api = match raw.upstream_api.as_deref() {
         None => UpstreamApi::default(),
         Some(name) => UpstreamApi::parse(name).unwrap_or_else(|| {
@@ -173,6 +177,7 @@ fn model(
         created: raw.created.unwrap_or(0),
         default_max_tokens,
         enforce_output_limit: raw.enforce_output_limit.unwrap_or(false),
+        price,
         upstream_api,
     })
 }

@@ -40,6 +40,8 @@ pub(super) struct RawConfig {
     pub(super) models: Vec<serde_yaml::Value>,
     #[serde(default)]
     pub(super) keys: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    pub(super) owners: Vec<serde_yaml::Value>,
 }
 
 /// A duration as written (`30s`), checked by `values::duration`. A bare number is refused
@@ -200,6 +202,7 @@ pub(super) struct RawModel {
     pub(super) created: Option<u64>,
     pub(super) default_max_tokens: Option<u64>,
     pub(super) enforce_output_limit: Option<bool>,
+    pub(super) price: Option<super::budget::RawPrice>,
     pub(super) upstream_api: Option<String>,
 }
 
@@ -228,4 +231,5 @@ pub(super) struct RawKey {
     pub(super) max_concurrent: Option<u32>,
     pub(super) tokens_per_minute: Option<u64>,
     pub(super) tokens_per_day: Option<u64>,
+    pub(super) budget: Option<super::budget::RawBudget>,
 }

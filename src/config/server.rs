@@ -83,6 +83,7 @@ impl Settings {
             tracing: None,
             response_ids: None,
             admin_tokens: Vec::new(),
+            owners: Vec::new(),
             warnings,
             limits_store: None,
         }

@@ -25,6 +25,7 @@
 //! of every request still running here (those admitted in this process meanwhile
 //! included) are written to it before shared admission resumes.
 
+mod budget;
 mod calls;
 mod leases;
 
@@ -34,6 +35,7 @@ use crate::catalog::Key;
 use crate::config::LimitsStoreConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
+pub use budget::{SharedBudget, SharedBudgetHold};
 pub use calls::Grant;
 use calls::{Limits, Queue, Waiting};
 use dashmap::DashMap;

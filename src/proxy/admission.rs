@@ -32,6 +32,7 @@ impl Proxy {
         let limiter = &self.gateway.limiter;
         // Token windows are shown on every answer; reserved once the body is read (step 6).
         ctx.tokens = limiter.token_position(key);
+        self.budget_position(ctx, key);
         let shed = if self.gateway.is_draining() {
             Err(RequestError::Overloaded {
                 retry_after: Duration::from_secs(1),

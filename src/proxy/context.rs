@@ -37,6 +37,14 @@ pub struct RequestContext {
     /// Tokens reserved for this request, until its usage settles them.
     pub(super) reservation: Option<Reservation>,
     pub(super) reserved_tokens: Option<u64>,
+    /// The price of the model asked for, when it has one.
+    pub(super) price: Option<crate::config::Price>,
+    /// Money reserved in the key's and its owner's budgets, until the cost settles it.
+    pub(super) budget_hold: Option<super::spend::Hold>,
+    /// Micro-dollars left in the key's tightest budget window (a budgeted key only).
+    pub(super) budget_remaining: Option<u64>,
+    /// What the request cost, once settled (a priced model only).
+    pub(super) cost_micros: Option<u64>,
     /// Where the key's limits are decided for this request.
     pub(super) limits: LimitMode,
     /// What the request holds in the shared limits store, until it ends.
@@ -80,6 +88,10 @@ impl RequestContext {
             tokens: None,
             reservation: None,
             reserved_tokens: None,
+            price: None,
+            budget_hold: None,
+            budget_remaining: None,
+            cost_micros: None,
             limits: LimitMode::Open,
             grant: None,
             usage_expected: false,

@@ -40,6 +40,12 @@ pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(HeaderName, String)>
     if let Some(tokens) = &ctx.tokens {
         headers.extend(token_headers(tokens));
     }
+    if let Some(remaining) = ctx.budget_remaining {
+        headers.push((
+            HeaderName::from_static("x-sluice-budget-remaining-usd"),
+            crate::limits::format_usd(remaining),
+        ));
+    }
     headers
 }
 
@@ -220,8 +226,8 @@ impl Read {
 
     /// Tokens to reserve: the body's bytes / 4 for its input (nothing for an upload, whose
     /// audio is not text), plus the output asked for, else the model's default, on routes
-    /// that generate text.
-    pub(super) fn token_estimate(&self, kind: EndpointType, default_max_tokens: u64) -> u64 {
+    /// that generate text; as (input, output), each having its own price.
+    pub(super) fn token_estimate(&self, kind: EndpointType, default_max_tokens: u64) -> (u64, u64) {
         let (input, asked) = match self {
             Read::Json(bytes, request) => (bytes.len() as u64 / 4, request.max_output_tokens),
             Read::Form(..) => (0, None),
@@ -231,7 +237,7 @@ impl Read {
         } else {
             0
         };
-        input + output
+        (input, output)
     }
 
     /// The size of a JSON body (a form's is not read into memory: 0).

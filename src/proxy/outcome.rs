@@ -95,6 +95,7 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut Requ
     if let (Some(reservation), Some(used)) = (ctx.reservation.take(), used) {
         gateway.limiter.reconcile(reservation, used);
     }
+    super::spend::settle_budget(gateway, ctx, usage, used);
 }
 
 /// The request's metrics and its access-log line. `e`: the error pingora ended it with.
@@ -196,6 +197,7 @@ pub(super) fn log_request(
         input_tokens: ctx.exchange.usage.map(|u| u.input),
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,
+        cost_usd: ctx.cost_micros,
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);

@@ -3,6 +3,7 @@
 //! on ephemeral ports.
 #![allow(dead_code, unused_imports)]
 
+pub mod budget;
 pub mod client;
 pub mod gateway;
 pub mod mock;
