@@ -1,4 +1,4 @@
-//! The README's run command (`bash run`) on a fresh machine, with stand-ins for the tools it
+//! The README's run command (`bash deploy/run`) on a fresh machine, with stand-ins for the tools it
 //! calls: it installs cmake when it is missing, and only then, before building and starting
 //! the demo configuration (or the configuration it is given). That the demo then serves with
 //! no backend installed is `tests/cli.rs`'s test of the real binary.
@@ -22,10 +22,10 @@ fn stand_in(bin: &Path, name: &str, then: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Runs the repository's `run` with only `bin` on its PATH; the calls it made, in order.
+/// Runs the repository's `deploy/run` with only `bin` on its PATH; the calls it made, in order.
 fn run(bin: &Path, args: &[&str]) -> (bool, Vec<String>) {
     let _ = std::fs::remove_file(bin.join("calls.log"));
-    let script = format!("{}/run", env!("CARGO_MANIFEST_DIR"));
+    let script = format!("{}/deploy/run", env!("CARGO_MANIFEST_DIR"));
     let output = std::process::Command::new("/bin/bash")
         .arg(&script)
         .args(args)
@@ -92,7 +92,7 @@ fn run_without_cargo_says_where_to_get_it() {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     stand_in(&bin, "cmake", "");
-    let script = format!("{}/run", env!("CARGO_MANIFEST_DIR"));
+    let script = format!("{}/deploy/run", env!("CARGO_MANIFEST_DIR"));
     let output = std::process::Command::new("/bin/bash")
         .arg(&script)
         .env_clear()
