@@ -44,6 +44,20 @@ struct Applied {
 }
 
 impl Reloader {
+    /// Serves a configuration that loaded: its warnings logged, its catalog swapped in,
+    /// the reload counted; what changed since `running`.
+    fn apply(&self, running: &Config, config: &Config, generation: u64) -> Changes {
+        log_warnings(config);
+        self.gateway
+            .swap_catalog(Catalog::build(config, generation));
+        self.gateway
+            .metrics
+            .config_reloads
+            .with_label_values(&["success"])
+            .inc();
+        Changes::between(running, config)
+    }
+
     pub fn new(gateway: Arc<Gateway>, path: &Path, running: Config) -> Self {
         let seen = fingerprint(path, running.keys_file.as_deref());
         let applied = Applied {
@@ -85,15 +99,7 @@ impl Reloader {
                 for setting in restart_only_changes(&running, &config) {
                     log::warn!(target: "sluice::reload", setting; "setting changed but needs a restart to take effect");
                 }
-                log_warnings(&config);
-                self.gateway
-                    .swap_catalog(Catalog::build(&config, generation));
-                self.gateway
-                    .metrics
-                    .config_reloads
-                    .with_label_values(&["success"])
-                    .inc();
-                let changes = Changes::between(&running, &config);
+                let changes = self.apply(&running, &config, generation);
                 log::info!(
                     target: "sluice::reload",
                     generation,
@@ -161,15 +167,7 @@ impl Reloader {
         applied.keys = keys_seen;
         match checked {
             Ok(config) => {
-                log_warnings(&config);
-                self.gateway
-                    .swap_catalog(Catalog::build(&config, generation));
-                self.gateway
-                    .metrics
-                    .config_reloads
-                    .with_label_values(&["success"])
-                    .inc();
-                let changes = Changes::between(&running, &config);
+                let changes = self.apply(&running, &config, generation);
                 log::warn!(
                     target: "sluice::reload",
                     generation,

@@ -1,7 +1,9 @@
 //! `POST /v1/chat/completions`: the last user message, echoed as a `chat.completion` or
 //! streamed one word per `chat.completion.chunk`.
 
-use super::reply::{model, new_id, now, spaced, streamed, usage_requested, words, Event, Reply};
+use super::reply::{
+    last_user_text, model, new_id, now, spaced, streamed, usage_requested, words, Event, Reply,
+};
 use serde_json::{json, Value};
 
 pub fn reply(request: &Value) -> Reply {
@@ -43,25 +45,6 @@ pub fn reply(request: &Value) -> Reply {
     }
     events.push(Event::done());
     Reply::Stream(events)
-}
-
-/// The text of the last `user` message: a string, or the text parts of a content array.
-fn last_user_text(request: &Value) -> String {
-    let Some(messages) = request["messages"].as_array() else {
-        return String::new();
-    };
-    let Some(message) = messages.iter().rev().find(|m| m["role"] == "user") else {
-        return String::new();
-    };
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
 }
 
 #[cfg(test)]

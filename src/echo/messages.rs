@@ -2,7 +2,7 @@
 //! user message echoed as a Messages answer, or streamed one word per `text_delta`
 //! between `message_start` and `message_stop`.
 
-use super::reply::{model, new_id, spaced, streamed, words, Event, Reply};
+use super::reply::{last_user_text, model, new_id, spaced, streamed, text_of, words, Event, Reply};
 use serde_json::{json, Value};
 
 pub fn reply(request: &Value) -> Reply {
@@ -75,28 +75,6 @@ fn invalid(message: &str) -> Reply {
         400,
         &json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
     )
-}
-
-/// The text of the last `user` message.
-fn last_user_text(request: &Value) -> String {
-    request["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|message| text_of(&message["content"]))
-        .unwrap_or_default()
-}
-
-/// A string, or the text blocks of a content array joined by spaces.
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
 }
 
 #[cfg(test)]

@@ -155,6 +155,29 @@ pub(super) fn texts(value: &serde_json::Value) -> Option<Vec<String>> {
     }
 }
 
+/// The text of the last `user` message (chat and Messages alike): a string, or the text
+/// parts of a content array joined by spaces.
+pub(super) fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+        .map(|message| text_of(&message["content"]))
+        .unwrap_or_default()
+}
+
+/// A string, or the text blocks of a content array joined by spaces.
+pub(super) fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
