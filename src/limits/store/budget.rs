@@ -58,16 +58,8 @@ impl Store {
         let limits: Vec<(Scope, String, crate::config::Budget)> = budgets_of(key)
             .map(|(scope, name, budget)| (scope, name.to_owned(), *budget))
             .collect();
-        let mut invocation = SCRIPT.prepare_invoke();
-        for account in &accounts {
-            invocation.key(account);
-        }
-        invocation
-            .arg("reserve")
-            .arg(windows.day.0)
-            .arg(windows.month.0)
-            .arg(lifetime(&windows, now_ms))
-            .arg(cost);
+        let mut invocation = invocation(&accounts, "reserve", &windows, lifetime(&windows, now_ms));
+        invocation.arg(cost);
         for (_, _, budget) in &limits {
             for period in [Period::Day, Period::Month] {
                 invocation.arg(period.limit(budget).map_or(-1, |l| l as i64));
@@ -109,17 +101,8 @@ impl Store {
 
     /// Replaces a reservation by the request's cost, in the windows it was made in.
     pub async fn settle_budget(&self, hold: SharedBudgetHold, cost: u64) {
-        let mut invocation = SCRIPT.prepare_invoke();
-        for account in &hold.accounts {
-            invocation.key(account);
-        }
-        invocation
-            .arg("settle")
-            .arg(hold.windows.day.0)
-            .arg(hold.windows.month.0)
-            .arg(0)
-            .arg(hold.reserved)
-            .arg(cost);
+        let mut invocation = invocation(&hold.accounts, "settle", &hold.windows, 0);
+        invocation.arg(hold.reserved).arg(cost);
         let _: Option<Vec<i64>> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await;
@@ -129,15 +112,7 @@ impl Store {
     pub async fn budget_windows(&self, key: &Key, now_ms: i64) -> Option<Vec<BudgetWindow>> {
         let windows = Windows::at(now_ms);
         let accounts = self.accounts(key);
-        let mut invocation = SCRIPT.prepare_invoke();
-        for account in &accounts {
-            invocation.key(account);
-        }
-        invocation
-            .arg("read")
-            .arg(windows.day.0)
-            .arg(windows.month.0)
-            .arg(0);
+        let invocation = invocation(&accounts, "read", &windows, 0);
         let spent: Vec<i64> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await?;
@@ -162,6 +137,27 @@ impl Store {
 }
 
 /// Milliseconds an account is kept after a change: to the end of its month and a week.
+/// A call of `budget.lua` on `accounts`: what every operation starts with (the operation,
+/// the day's and the month's starts, how long an account it writes is kept; 0 where it
+/// writes none or keeps the expiry it has).
+fn invocation(
+    accounts: &[String],
+    operation: &str,
+    windows: &Windows,
+    lifetime_ms: i64,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = SCRIPT.prepare_invoke();
+    for account in accounts {
+        invocation.key(account);
+    }
+    invocation
+        .arg(operation)
+        .arg(windows.day.0)
+        .arg(windows.month.0)
+        .arg(lifetime_ms);
+    invocation
+}
+
 fn lifetime(windows: &Windows, now_ms: i64) -> i64 {
     windows
         .month
