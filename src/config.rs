@@ -104,8 +104,15 @@ pub struct Config {
     pub client_idle_timeout: Duration,
     /// Client connections open at once; past it the listener stops accepting.
     pub max_connections: NonZeroU32,
-    /// Largest request head (request line and fields); past it 431.
+    /// Largest request head (request line and fields), an HTTP/2 header list too; past
+    /// it 431.
     pub max_header_bytes: usize,
+    /// HTTP/2 offered by ALPN on a TLS listener.
+    pub http2: bool,
+    /// HTTP/2 by prior knowledge on a cleartext listener.
+    pub h2c: bool,
+    /// Streams open at once on one HTTP/2 connection.
+    pub max_streams_per_connection: NonZeroU32,
     /// Resends after a failure that provably did not reach the upstream.
     pub retry_attempts: u32,
     /// First pause before a resend; doubled each time, with jitter.

@@ -10,7 +10,7 @@
 //! | `client.rs` | one upstream connection: the request written, the answer's head and body read, reuse |
 //! | `head.rs` | heads parsed (`httparse`) and checked, a request's and an answer's side by side |
 //! | `framing.rs` | a request's and an upstream answer's framing side by side, an answer's writing |
-//! | `answer.rs` | a whole small answer; the request header slimmed once an answer's head is out |
+//! | `answer.rs` | the request header slimmed once an answer's head is out |
 //! | `reader.rs` | the reading side of a connection, either end: buffered bytes, a body by length, chunks or close |
 //! | `chunk_line.rs` | the one chunk-size line parser (RFC 9112 §7.1.1) |
 //! | `connection_tokens.rs` | the `Connection` field's tokens, and keep-alive by version |

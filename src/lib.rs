@@ -13,6 +13,7 @@ pub mod error;
 pub mod gateway;
 pub mod glob;
 pub mod http1;
+pub mod http2;
 pub mod json_object;
 pub mod key_switches;
 pub mod limits;

@@ -45,9 +45,8 @@ use crate::catalog::{Catalog, Key};
 use crate::endpoint::{BodyKind, Endpoint, EndpointType, UpstreamApi, COUNT_TOKENS_PATH};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::http1::server::Session;
 use crate::listener::App;
-use crate::listener::BufferedStream;
+use crate::listener::Session;
 use crate::multipart;
 use crate::request_body::{check_declared_length, check_media_type, inspect};
 use crate::respond::{error_response_in, ErrorShape, LocalResponse};
@@ -162,9 +161,7 @@ impl Proxy {
     /// As soon as the head is read: the head deadline ends, and the one catalog snapshot
     /// this request will use sets the client connection's timeouts.
     fn start(&self, session: &mut Session, ctx: &mut RequestContext) {
-        if let Some(connection) = BufferedStream::client_connection(session.stream()) {
-            connection.request_started();
-        }
+        session.request_started();
         let catalog = self.gateway.catalog();
         let timeout = catalog.client_timeout;
         ctx.catalog = Some(catalog);

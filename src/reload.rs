@@ -353,5 +353,14 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.max_header_bytes != new.max_header_bytes {
         changed.push("max_header_bytes");
     }
+    if old.http2 != new.http2 {
+        changed.push("http2");
+    }
+    if old.h2c != new.h2c {
+        changed.push("h2c");
+    }
+    if old.max_streams_per_connection != new.max_streams_per_connection {
+        changed.push("max_streams_per_connection");
+    }
     changed
 }

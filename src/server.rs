@@ -77,6 +77,11 @@ pub async fn start_on(
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
         max_header_bytes: config.max_header_bytes,
+        h2c: config.h2c,
+        http2: crate::http2::Settings::new(
+            config.max_streams_per_connection.get(),
+            config.max_header_bytes,
+        ),
     };
     let clients_bound = ConnectionBound::new(clients.max_connections);
     let (addr, workers) = match loops {

@@ -65,7 +65,8 @@ pub struct BufferedStream {
     client: Option<Arc<ClientConnection>>,
     /// Fires at the client connection's read deadline.
     timer: Option<Pin<Box<Sleep>>>,
-    /// Upstream connection: answer bytes read while a write was blocked, served first.
+    /// Bytes read ahead, served first: on an upstream connection, answer bytes read while
+    /// a write was blocked; on a client connection, its first bytes given back.
     read_ahead: Vec<u8>,
 }
 
@@ -81,6 +82,12 @@ impl BufferedStream {
             client: Some(connection),
             ..Self::new(inner)
         }
+    }
+
+    /// Bytes already read from the connection (its first, to tell HTTP/2 from HTTP/1)
+    /// given back: the next reads return them first.
+    pub fn unread(&mut self, bytes: &[u8]) {
+        self.read_ahead.splice(0..0, bytes.iter().copied());
     }
 
     /// The client connection a stream belongs to, if it is one.

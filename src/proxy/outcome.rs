@@ -6,7 +6,7 @@ use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::http1::server::Session;
+use crate::listener::Session;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};

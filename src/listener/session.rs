@@ -1,0 +1,145 @@
+//! The session an app serves: one request on an HTTP/1.1 connection or one HTTP/2
+//! stream, behind the same methods. An enum rather than a trait object: the apps' request
+//! futures stay unboxed, and on HTTP/1 each call costs one match.
+
+use crate::http1::server::Session as Http1Session;
+use crate::http2::Session as Http2Session;
+use bytes::Bytes;
+use pingora_core::protocols::l4::socket::SocketAddr;
+use pingora_core::{Error, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use std::time::Duration;
+
+/// One request being served, on either protocol.
+pub enum Session {
+    Http1(Http1Session),
+    Http2(Http2Session),
+}
+
+/// The same call on either protocol.
+macro_rules! either {
+    ($session:expr, $s:ident => $call:expr) => {
+        match $session {
+            Session::Http1($s) => $call,
+            Session::Http2($s) => $call,
+        }
+    };
+}
+
+impl Session {
+    /// The protocol's version as the access log writes it: `"1.1"` or `"2"`.
+    pub fn http_version(&self) -> &'static str {
+        match self {
+            Session::Http1(_) => "1.1",
+            Session::Http2(_) => "2",
+        }
+    }
+
+    /// Reads the next request's head (see `http1::server::Session::read_request`); an
+    /// HTTP/2 stream has its one head already.
+    pub async fn read_request(&mut self) -> Result<bool> {
+        either!(self, s => s.read_request().await)
+    }
+
+    /// The request head was read: on HTTP/1 the connection's head deadline ends (on
+    /// HTTP/2 the connection's driver follows its streams instead).
+    pub fn request_started(&self) {
+        if let Session::Http1(s) = self {
+            if let Some(connection) = super::BufferedStream::client_connection(s.stream()) {
+                connection.request_started();
+            }
+        }
+    }
+
+    pub fn req_header(&self) -> &RequestHeader {
+        either!(self, s => s.req_header())
+    }
+
+    pub fn req_header_mut(&mut self) -> &mut RequestHeader {
+        either!(self, s => s.req_header_mut())
+    }
+
+    pub fn client_addr(&self) -> Option<&SocketAddr> {
+        either!(self, s => s.client_addr())
+    }
+
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
+        either!(self, s => s.set_read_timeout(timeout))
+    }
+
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) {
+        either!(self, s => s.set_write_timeout(timeout))
+    }
+
+    /// HTTP/1: the connection ends after this request. HTTP/2: nothing (a stream carries
+    /// one request; the connection's driver sends `GOAWAY` on shutdown).
+    pub fn disable_keepalive(&mut self) {
+        if let Session::Http1(s) = self {
+            s.disable_keepalive();
+        }
+    }
+
+    pub fn is_body_done(&self) -> bool {
+        either!(self, s => s.is_body_done())
+    }
+
+    pub fn response_started(&self) -> bool {
+        either!(self, s => s.response_started())
+    }
+
+    pub async fn read_request_body(&mut self) -> Result<Option<Bytes>> {
+        either!(self, s => s.read_request_body().await)
+    }
+
+    pub async fn drain_request_body(&mut self) -> Result<()> {
+        either!(self, s => s.drain_request_body().await)
+    }
+
+    pub async fn client_gone(&mut self) -> Box<Error> {
+        either!(self, s => s.client_gone().await)
+    }
+
+    pub async fn write_continue_response(&mut self) -> Result<()> {
+        either!(self, s => s.write_continue_response().await)
+    }
+
+    pub async fn write_response_header(&mut self, header: ResponseHeader) -> Result<()> {
+        either!(self, s => s.write_response_header(header).await)
+    }
+
+    pub async fn write_response_body(&mut self, data: Bytes, end: bool) -> Result<()> {
+        either!(self, s => s.write_response_body(data, end).await)
+    }
+
+    pub async fn flush(&mut self) -> Result<()> {
+        either!(self, s => s.flush().await)
+    }
+
+    pub async fn respond_error(&mut self, status: u16) -> Result<()> {
+        either!(self, s => s.respond_error(status).await)
+    }
+
+    pub async fn finish(&mut self) -> bool {
+        either!(self, s => s.finish().await)
+    }
+
+    pub async fn shutdown(&mut self) {
+        either!(self, s => s.shutdown().await)
+    }
+}
+
+/// Writes a whole small response; `None` when the client is gone.
+pub async fn write_simple(
+    session: &mut Session,
+    status: u16,
+    content_type: &str,
+    body: Bytes,
+) -> Option<()> {
+    let mut header = ResponseHeader::build_no_case(status, Some(2)).ok()?;
+    header.insert_header("content-type", content_type).ok()?;
+    header
+        .insert_header("content-length", body.len().to_string())
+        .ok()?;
+    session.write_response_header(header).await.ok()?;
+    session.write_response_body(body, true).await.ok()
+}
