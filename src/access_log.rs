@@ -23,6 +23,8 @@ pub struct AccessRecord<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub host: &'a str,
+    /// The protocol the request came in: `"1.1"` or `"2"`.
+    pub http_version: &'a str,
     pub key: Option<&'a str>,
     /// The key's `owner` and `labels`, when it has them (free text from the configuration).
     #[serde(skip_serializing_if = "Option::is_none")]

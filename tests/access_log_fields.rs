@@ -139,6 +139,10 @@ async fn every_field_of_real_log_lines_is_in_the_reference() {
             seen.insert(name.clone());
         }
     }
+    assert!(
+        lines.iter().all(|line| line["http_version"] == "1.1"),
+        "a request over HTTP/1.1 is logged as such: {lines:#?}"
+    );
     for name in [
         "key_owner",
         "key_labels",

@@ -18,6 +18,7 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.string("method", record.method);
     object.string("path", record.path);
     object.string("host", record.host);
+    object.string("http_version", record.http_version);
     object.nullable_string("key", record.key);
     if let Some(owner) = record.key_owner {
         object.string("key_owner", owner);
@@ -234,6 +235,7 @@ mod tests {
             method: "POST",
             path: "/v1/chat/completions",
             host: "gw.example:8080",
+            http_version: "2",
             key: Some("alpha"),
             key_owner: Some("Zoë <ops@example.com>"),
             key_labels: Some(&labels),

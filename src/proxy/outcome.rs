@@ -155,6 +155,7 @@ pub(super) fn log_request(
         method: request.method.as_str(),
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
+        http_version: session.http_version(),
         key,
         key_owner: ctx.key.as_ref().and_then(|k| k.owner.as_deref()),
         key_labels: ctx
@@ -270,6 +271,7 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         method: "",
         path: "",
         host: "",
+        http_version: session.http_version(),
         status: response.status,
         bytes_out: response.body.len(),
         error_code: Some(error.code()),

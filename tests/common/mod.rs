@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod client;
 pub mod gateway;
+pub mod h2_client;
 pub mod mock;
 pub mod otlp;
 pub mod process;

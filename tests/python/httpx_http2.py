@@ -1,0 +1,37 @@
+"""httpx with http2=True as a real HTTP/2 client of the gateway (tests/http2.rs): over
+cleartext with prior knowledge (http1=False), it lists the models, sends a chat completion
+and reads a streamed one, and prints one JSON line of what it saw. Prints `SKIP <why>` and
+exits 0 when httpx or its HTTP/2 support (the `h2` package) is not installed."""
+
+import json
+import sys
+
+try:
+    import h2  # noqa: F401  (httpx's HTTP/2 support)
+    import httpx2 as httpx
+except ImportError as missing:
+    print(f"SKIP {missing}")
+    sys.exit(0)
+
+base_url, key = sys.argv[1], sys.argv[2]
+headers = {"authorization": f"Bearer {key}"}
+body = {"model": "chat-model", "messages": [{"role": "user", "content": "hi"}]}
+
+with httpx.Client(base_url=base_url, http1=False, http2=True, headers=headers) as client:
+    models = client.get("/v1/models")
+    chat = client.post("/v1/chat/completions", json=body)
+    events = []
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as streamed:
+        for line in streamed.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[len("data: "):])
+    print(
+        json.dumps(
+            {
+                "versions": [models.http_version, chat.http_version, streamed.http_version],
+                "models": [m["id"] for m in models.json()["data"]],
+                "content": chat.json()["choices"][0]["message"]["content"],
+                "events": events,
+            }
+        )
+    )
