@@ -16,6 +16,7 @@
 //! - the client is gone when it reset the stream or the connection closed.
 
 use super::connection::Resets;
+use crate::http1::error::{Error, Result};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
@@ -23,9 +24,9 @@ use http::{header, HeaderName, Method, Version};
 use pingora_core::protocols::http::date::get_cached_date;
 use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_core::protocols::SocketDigest;
-use pingora_core::{Error, ErrorType, OrErr, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::future::{poll_fn, Future};
+use std::io;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -151,7 +152,7 @@ impl Session {
         let body = &mut self.body;
         let read = poll_fn(|cx| body.poll_data(cx));
         let data = match bounded(self.read_timeout, read).await {
-            None => return Error::e_explain(ErrorType::ReadTimedout, "reading the request body"),
+            None => return Err(Error::ReadTimeout),
             Some(None) => return Ok(None),
             Some(Some(data)) => data,
         };
@@ -162,11 +163,7 @@ impl Session {
             }
             Err(e) => {
                 self.count_reset(&e);
-                Err(stream_error(
-                    ErrorType::ReadError,
-                    "reading the request body",
-                    e,
-                ))
+                Err(Error::Read(io_error(e)))
             }
         }
     }
@@ -179,7 +176,7 @@ impl Session {
 
     /// While an answer is pending: resolves only when the client is gone (it reset the
     /// stream, or the connection closed), with why.
-    pub async fn client_gone(&mut self) -> Box<Error> {
+    pub async fn client_gone(&mut self) -> Error {
         let reset = match &mut self.send {
             Some(send) => poll_fn(|cx| send.poll_reset(cx)).await,
             None => {
@@ -188,14 +185,11 @@ impl Session {
             }
         };
         match reset {
-            Ok(reason) => {
+            Ok(_) => {
                 self.count_client_reset();
-                Error::explain(
-                    ErrorType::ConnectionClosed,
-                    format!("the client reset the stream ({reason})"),
-                )
+                Error::Closed("an answer's wait (the stream was reset)")
             }
-            Err(e) => stream_error(ErrorType::ConnectionClosed, "the client connection", e),
+            Err(e) => Error::Read(io_error(e)),
         }
     }
 
@@ -208,7 +202,7 @@ impl Session {
         *interim.status_mut() = http::StatusCode::CONTINUE;
         self.respond
             .send_informational(interim)
-            .or_err(ErrorType::WriteError, "writing to the client")
+            .map_err(|e| Error::Write(io_error(e)))
     }
 
     /// Writes the answer's head, with `Date` set by the session and the fields of an
@@ -246,11 +240,7 @@ impl Session {
             Err(e) => {
                 self.ended = true;
                 self.count_reset(&e);
-                Err(stream_error(
-                    ErrorType::WriteError,
-                    "writing to the client",
-                    e,
-                ))
+                Err(Error::Write(io_error(e)))
             }
         }
     }
@@ -265,10 +255,7 @@ impl Session {
             if data.len() as u64 > owed {
                 // Never cut to fit: a body longer than its head said is the writer's bug.
                 self.reset(Reason::INTERNAL_ERROR);
-                return Error::e_explain(
-                    ErrorType::InternalError,
-                    "an answer body longer than its Content-Length",
-                );
+                return Err(Error::Overrun);
             }
             self.owed = Some(owed - data.len() as u64);
         }
@@ -277,10 +264,7 @@ impl Session {
             // Not ended as if whole: the client sees the stream reset.
             self.write_data(data, false).await?;
             self.reset(Reason::INTERNAL_ERROR);
-            return Error::e_explain(
-                ErrorType::Custom("PrematureBodyEnd"),
-                "the answer ended before its Content-Length",
-            );
+            return Err(Error::PrematureEnd);
         }
         if data.is_empty() {
             return self.write_data(data, end).await;
@@ -296,7 +280,7 @@ impl Session {
     /// Room for up to `wanted` bytes in the client's window (at least one byte).
     async fn capacity(&mut self, wanted: usize) -> Result<usize> {
         let Some(send) = &mut self.send else {
-            return Error::e_explain(ErrorType::WriteError, "an answer body before its head");
+            return Err(Error::InvalidAnswer("a body before its head"));
         };
         send.reserve_capacity(wanted);
         let wait = poll_fn(|cx| loop {
@@ -306,23 +290,19 @@ impl Session {
             }
         });
         match bounded(self.write_timeout, wait).await {
-            None => Error::e_explain(ErrorType::WriteTimedout, "writing to the client"),
+            None => Err(Error::WriteTimeout),
             Some(Some(Ok(room))) => Ok(room),
-            Some(None) => Error::e_explain(ErrorType::WriteError, "the stream closed"),
+            Some(None) => Err(Error::Closed("an answer (the stream closed)")),
             Some(Some(Err(e))) => {
                 self.count_reset(&e);
-                Err(stream_error(
-                    ErrorType::WriteError,
-                    "writing to the client",
-                    e,
-                ))
+                Err(Error::Write(io_error(e)))
             }
         }
     }
 
     async fn write_data(&mut self, data: Bytes, end: bool) -> Result<()> {
         let Some(send) = &mut self.send else {
-            return Error::e_explain(ErrorType::WriteError, "an answer body before its head");
+            return Err(Error::InvalidAnswer("a body before its head"));
         };
         let sent = send.send_data(data, end);
         if end {
@@ -333,11 +313,7 @@ impl Session {
             self.ended = true;
             self.send = None;
             self.count_reset(&e);
-            return Err(stream_error(
-                ErrorType::WriteError,
-                "writing to the client",
-                e,
-            ));
+            return Err(Error::Write(io_error(e)));
         }
         Ok(())
     }
@@ -352,9 +328,14 @@ impl Session {
         if self.response_started() {
             return Ok(());
         }
-        let mut header = ResponseHeader::build_no_case(status, Some(2))?;
-        header.insert_header(header::CONTENT_LENGTH, 0)?;
-        header.insert_header(header::CACHE_CONTROL, "private, no-store")?;
+        let built = ResponseHeader::build_no_case(status, Some(2)).and_then(|mut header| {
+            header.insert_header(header::CONTENT_LENGTH, 0)?;
+            header.insert_header(header::CACHE_CONTROL, "private, no-store")?;
+            Ok(header)
+        });
+        let Ok(header) = built else {
+            return Err(Error::InvalidAnswer("a status out of range"));
+        };
         self.write_response_header(header).await?;
         self.write_response_body(Bytes::new(), true).await
     }
@@ -433,9 +414,14 @@ fn poll_once<T>(mut poll: impl FnMut(&mut std::task::Context<'_>) -> Poll<T>) ->
     }
 }
 
-/// An `h2` error as the apps' error type.
-fn stream_error(kind: ErrorType, context: &'static str, e: h2::Error) -> Box<Error> {
-    Error::because(kind, context, e)
+/// An `h2` error as an I/O error (the layer's error carries it as its source).
+fn io_error(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        return e
+            .into_io()
+            .unwrap_or_else(|| io::ErrorKind::ConnectionAborted.into());
+    }
+    io::Error::other(e)
 }
 
 /// What `io` gives within `timeout`; `None` past it.

@@ -2,11 +2,11 @@
 //! stream, behind the same methods. An enum rather than a trait object: the apps' request
 //! futures stay unboxed, and on HTTP/1 each call costs one match.
 
+use crate::http1::error::{Error, Result};
 use crate::http1::server::Session as Http1Session;
 use crate::http2::Session as Http2Session;
 use bytes::Bytes;
 use pingora_core::protocols::l4::socket::SocketAddr;
-use pingora_core::{Error, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::Duration;
 
@@ -95,7 +95,7 @@ impl Session {
         either!(self, s => s.drain_request_body().await)
     }
 
-    pub async fn client_gone(&mut self) -> Box<Error> {
+    pub async fn client_gone(&mut self) -> Error {
         either!(self, s => s.client_gone().await)
     }
 
