@@ -225,3 +225,47 @@ pub async fn serve<T, F, Fut>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_may_reset_twice_its_streams_and_at_least_the_floor() {
+        assert_eq!(Settings::new(10, 1024).max_client_resets, MIN_CLIENT_RESETS);
+        assert_eq!(Settings::new(500, 1024).max_client_resets, 1000);
+        assert_eq!(
+            Settings::new(1, usize::MAX).max_header_list_bytes,
+            u32::MAX,
+            "a header cap past u32 saturates"
+        );
+    }
+
+    #[tokio::test]
+    async fn resets_past_the_limit_and_past_the_answers_wake_the_driver() {
+        let resets = Resets::new(2);
+        resets.completed();
+        resets.completed();
+        resets.completed();
+        for _ in 0..3 {
+            resets.client_reset();
+        }
+        let woken = futures_poll(resets.calm.notified());
+        assert!(
+            !woken,
+            "3 resets against 3 answers: a client that cancels, not an attack"
+        );
+        resets.client_reset();
+        assert!(
+            futures_poll(resets.calm.notified()),
+            "4 resets, past the limit of 2 and the 3 answers"
+        );
+    }
+
+    /// Whether `future` is ready at its first poll.
+    fn futures_poll(future: impl Future) -> bool {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        future.as_mut().poll(&mut cx).is_ready()
+    }
+}

@@ -188,4 +188,25 @@ mod tests {
             "more bytes of the same head do not extend it"
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_without_streams_closes_at_the_idle_timeout() {
+        use crate::http2::Activity;
+        let connection = ClientConnection::accepted(&policy());
+        let start = Instant::now();
+        connection.busy();
+        assert_eq!(
+            connection.read_deadline(),
+            None,
+            "no deadline while a stream is open"
+        );
+        connection.idle();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        connection.bytes_read();
+        assert_eq!(
+            connection.read_deadline(),
+            Some(start + Duration::from_secs(60)),
+            "frames that open no stream (a PING) do not keep an idle connection"
+        );
+    }
 }
