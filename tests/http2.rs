@@ -1,61 +1,17 @@
 //! HTTP/2 on the client listener, by prior knowledge on cleartext (`h2c: true`): the same
 //! routes, answers, limits, errors and log lines as HTTP/1.1, server-sent events that flow
-//! as they come, several streams on one connection, and the connection's protections
-//! (SETTINGS as configured, oversize header lists, CONTINUATION floods, rapid reset),
-//! through real sockets with the `h2` crate's client, raw frames and curl.
+//! as they come, several streams on one connection, a graceful shutdown, real clients
+//! (curl, httpx) and the configuration's fields. The connection's protections are in
+//! `tests/http2_protections.rs`.
 
 mod common;
 use common::h2_client::*;
 use common::*;
 use std::time::Duration;
 
-const LIMITED: &str = "sk-test-limited-0123456789";
-const SLOW: &str = "sk-test-slow-0123456789abc";
-
-const STREAM_BODY: &str =
-    r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-
-/// `h2c: true` and `top`; two more keys: `limited` (one request at a time) and `slow` (one
-/// request a minute).
-fn h2c_config(upstream: &str, top: &str) -> String {
-    config_with(upstream, &format!("h2c: true\n{top}")).replace(
-        "keys:\n",
-        &format!(
-            "keys:\n  - name: limited\n    sha256: {}\n    max_concurrent: 1\n  - name: slow\n    sha256: {}\n    requests_per_minute: 1\n    burst: 1\n",
-            key_hash(LIMITED),
-            key_hash(SLOW)
-        ),
-    )
-}
-
-async fn gateway(top: &str) -> (MockUpstream, TestGateway) {
-    let mock = MockUpstream::start().await;
-    let gw = TestGateway::start(&h2c_config(&mock.url(), top)).await;
-    (mock, gw)
-}
-
-/// `what` within 10 s, else the test fails (a bound on a hang, not a wait for readiness).
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within 10 s"))
-}
-
-/// One chunk that opens an event stream, then nothing: the upstream holds the stream open.
-fn first_event_then_stall() -> Reply {
-    Reply::Sse {
-        events: vec![(
-            Duration::ZERO,
-            r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"mock","choices":[{"index":0,"delta":{"content":"first"},"finish_reason":null}]}"#.into(),
-        )],
-        end: StreamEnd::Stall,
-        close: false,
-    }
-}
-
 #[tokio::test]
 async fn a_chat_completion_over_h2c_is_answered_and_logged_as_http2() {
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     mock.push(Reply::completion());
     let mut client = H2Client::connect(gw.addr()).await;
     let answer = client.chat(ALPHA, &chat_body("chat-model")).await;
@@ -101,7 +57,7 @@ async fn a_chat_completion_over_h2c_is_answered_and_logged_as_http2() {
 
 #[tokio::test]
 async fn an_event_reaches_the_client_before_the_upstream_ends_the_stream() {
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     mock.push(first_event_then_stall());
     let mut client = H2Client::connect(gw.addr()).await;
     let auth = format!("Bearer {ALPHA}");
@@ -135,7 +91,7 @@ async fn an_event_reaches_the_client_before_the_upstream_ends_the_stream() {
 
 #[tokio::test]
 async fn several_streams_on_one_connection_are_served_at_once() {
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     // Each request is held by the upstream until all four have reached it.
     mock.set_default(Reply::Gated);
     let client = H2Client::connect(gw.addr()).await;
@@ -158,7 +114,7 @@ async fn several_streams_on_one_connection_are_served_at_once() {
 
 #[tokio::test]
 async fn error_envelopes_are_those_of_http1() {
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     let mut client = H2Client::connect(gw.addr()).await;
     let cases: [(&str, Option<&str>, u16); 2] = [
         ("/v1/models", None, 401),
@@ -201,171 +157,8 @@ async fn error_envelopes_are_those_of_http1() {
 }
 
 #[tokio::test]
-async fn the_settings_sent_are_those_configured() {
-    let (_mock, gw) = gateway("max_streams_per_connection: 7\nmax_header_bytes: 8KiB").await;
-    let mut raw = RawH2::connect(gw.addr()).await;
-    let settings = raw.server_settings().await;
-    let value = |id: u16| settings.iter().find(|(s, _)| *s == id).map(|(_, v)| *v);
-    assert_eq!(
-        value(0x3),
-        Some(7),
-        "SETTINGS_MAX_CONCURRENT_STREAMS: {settings:?}"
-    );
-    assert_eq!(
-        value(0x6),
-        Some(8192),
-        "SETTINGS_MAX_HEADER_LIST_SIZE: {settings:?}"
-    );
-    assert_eq!(
-        value(0x4),
-        Some(sluice::http2::STREAM_WINDOW_BYTES),
-        "SETTINGS_INITIAL_WINDOW_SIZE: {settings:?}"
-    );
-}
-
-#[tokio::test]
-async fn a_header_list_over_max_header_bytes_is_refused_with_431() {
-    let (_mock, gw) = gateway("max_header_bytes: 8KiB").await;
-    let mut client = H2Client::connect(gw.addr()).await;
-    let big = "a".repeat(9 << 10);
-    let auth = format!("Bearer {ALPHA}");
-    let refused = client
-        .send(
-            "GET",
-            "/v1/models",
-            &[("authorization", &auth), ("x-big", &big)],
-            "",
-        )
-        .await
-        .expect("an answer to the stream");
-    assert_eq!(refused.status, 431);
-    assert_eq!(
-        client.get("/v1/models", Some(ALPHA)).await.status,
-        200,
-        "the connection is kept"
-    );
-    let mut other = H2Client::connect(gw.addr()).await;
-    assert_eq!(other.get("/v1/models", Some(ALPHA)).await.status, 200);
-}
-
-#[tokio::test]
-async fn a_continuation_flood_ends_the_connection_with_goaway() {
-    let (_mock, gw) = gateway("max_header_bytes: 8KiB").await;
-    let mut raw = RawH2::connect(gw.addr()).await;
-    // GET / with a header whose value (100 bytes, never sent whole) is spread over many
-    // small CONTINUATION frames.
-    let mut block = vec![0x82, 0x86, 0x84, 0x00, 0x01, b'x', 100];
-    block.extend_from_slice(b"aaaa");
-    raw.write_frame(HEADERS, 0x1, 1, &block).await;
-    for _ in 0..20 {
-        raw.write_frame(CONTINUATION, 0, 1, b"aaaa").await;
-    }
-    let code = within("a GOAWAY", raw.goaway()).await;
-    assert_eq!(code, Some(0xb), "GOAWAY ENHANCE_YOUR_CALM");
-    let mut other = H2Client::connect(gw.addr()).await;
-    assert_eq!(other.get("/v1/models", Some(ALPHA)).await.status, 200);
-}
-
-/// Opens streams on one connection and resets each once its answer began, until the
-/// connection fails; how many were reset, and how the connection ended.
-async fn reset_until_refused(client: &mut H2Client) -> (usize, h2::Error) {
-    let auth = format!("Bearer {ALPHA}");
-    for reset in 0..5_000 {
-        let request = client.request(
-            "POST",
-            "/v1/chat/completions",
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
-        );
-        // Each stream's answer has begun (the request was served) when it is reset.
-        match client.open(request, STREAM_BODY).await {
-            Ok((_, _, mut stream)) => stream.send_reset(h2::Reason::CANCEL),
-            Err(_) => {
-                let connection = client.connection.as_mut().expect("the connecting handle");
-                let ended = within("the connection to end", connection).await;
-                return (reset, ended.unwrap().expect_err("the server ended it"));
-            }
-        }
-    }
-    panic!("5000 streams reset and the connection is still open");
-}
-
-#[tokio::test]
-async fn rapid_reset_ends_the_connection_and_others_are_served() {
-    let (_mock, gw) = gateway("").await;
-    let mut raw = RawH2::connect(gw.addr()).await;
-    // 30 streams opened and reset at once (CVE-2023-44487), in one segment.
-    let block = get_block(&gw.addr().to_string(), "/v1/models");
-    let cancel = 0x8u32.to_be_bytes();
-    let mut frames = Vec::new();
-    for n in 0..30u32 {
-        let stream = 2 * n + 1;
-        frames.push((HEADERS, 0x5, stream, block.as_slice()));
-        frames.push((RST_STREAM, 0, stream, cancel.as_slice()));
-    }
-    raw.write_frames(&frames).await;
-    let code = within("a GOAWAY", raw.goaway()).await;
-    assert_eq!(code, Some(0xb), "GOAWAY ENHANCE_YOUR_CALM");
-    let mut other = H2Client::connect(gw.addr()).await;
-    assert_eq!(other.get("/v1/models", Some(ALPHA)).await.status, 200);
-}
-
-#[tokio::test]
-async fn streams_reset_once_answered_count_toward_the_rapid_reset_limit() {
-    let (mock, gw) = gateway("max_streams_per_connection: 10").await;
-    mock.set_default(first_event_then_stall());
-    let mut client = H2Client::connect(gw.addr()).await;
-    let (reset, ended) = reset_until_refused(&mut client).await;
-    assert!(
-        reset > sluice::http2::MIN_CLIENT_RESETS,
-        "a client may reset {} streams first: {reset}",
-        sluice::http2::MIN_CLIENT_RESETS
-    );
-    assert_eq!(
-        ended.reason(),
-        Some(h2::Reason::ENHANCE_YOUR_CALM),
-        "{ended:?}"
-    );
-    let mut other = H2Client::connect(gw.addr()).await;
-    assert_eq!(other.get("/v1/models", Some(ALPHA)).await.status, 200);
-}
-
-#[tokio::test]
-async fn a_stream_reset_mid_answer_gives_its_concurrency_slot_back() {
-    let (mock, gw) = gateway("").await;
-    mock.push(first_event_then_stall());
-    let mut client = H2Client::connect(gw.addr()).await;
-    let auth = format!("Bearer {LIMITED}");
-    let request = client.request(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("authorization", &auth),
-            ("content-type", "application/json"),
-        ],
-    );
-    let (head, _events, mut stream) = client.open(request, STREAM_BODY).await.unwrap();
-    assert_eq!(head.status, 200);
-    assert_eq!(gw.gateway().limiter.in_flight("limited"), 1);
-    stream.send_reset(h2::Reason::CANCEL);
-    gw.until("the reset stream's slot to be given back", |g| {
-        g.limiter.in_flight("limited") == 0
-    })
-    .await;
-    mock.push(Reply::completion());
-    assert_eq!(
-        client.chat(LIMITED, &chat_body("chat-model")).await.status,
-        200
-    );
-    let line = &gw.log_lines(1).await[0];
-    assert_eq!(line["error_code"], "client_disconnected", "{line}");
-}
-
-#[tokio::test]
 async fn a_shutdown_sends_goaway_and_lets_open_streams_finish() {
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     mock.set_default(Reply::Gated);
     let mut client = H2Client::connect(gw.addr()).await;
     let mut held = client.handle();
@@ -400,7 +193,7 @@ async fn curl_speaks_http2_by_prior_knowledge() {
         eprintln!("skipped: this curl has no HTTP/2 (`curl -V` lists no HTTP2)");
         return;
     }
-    let (_mock, gw) = gateway("").await;
+    let (_mock, gw) = h2c_gateway("").await;
     let output = tokio::process::Command::new("curl")
         .args([
             "-sS",
@@ -422,7 +215,7 @@ async fn curl_speaks_http2_by_prior_knowledge() {
 #[tokio::test]
 async fn httpx_speaks_http2_by_prior_knowledge() {
     let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let (mock, gw) = gateway("").await;
+    let (mock, gw) = h2c_gateway("").await;
     mock.push(Reply::completion());
     mock.push(Reply::stream(3, Duration::ZERO));
     let output = tokio::process::Command::new(&python)

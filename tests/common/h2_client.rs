@@ -2,12 +2,58 @@
 //! cleartext (h2c by prior knowledge), and raw frames for what no client sends on purpose
 //! (a CONTINUATION flood) or to read the server's SETTINGS as sent.
 
+use super::*;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
+
+pub const LIMITED: &str = "sk-test-limited-0123456789";
+pub const SLOW: &str = "sk-test-slow-0123456789abc";
+
+pub const STREAM_BODY: &str =
+    r#"{"model":"chat-model","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// `h2c: true` and `top`; two more keys: `limited` (one request at a time) and `slow` (one
+/// request a minute).
+pub fn h2c_config(upstream: &str, top: &str) -> String {
+    config_with(upstream, &format!("h2c: true\n{top}")).replace(
+        "keys:\n",
+        &format!(
+            "keys:\n  - name: limited\n    sha256: {}\n    max_concurrent: 1\n  - name: slow\n    sha256: {}\n    requests_per_minute: 1\n    burst: 1\n",
+            key_hash(LIMITED),
+            key_hash(SLOW)
+        ),
+    )
+}
+
+pub async fn h2c_gateway(top: &str) -> (MockUpstream, TestGateway) {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&h2c_config(&mock.url(), top)).await;
+    (mock, gw)
+}
+
+/// `what` within 10 s, else the test fails (a bound on a hang, not a wait for readiness).
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 10 s"))
+}
+
+/// One chunk that opens an event stream, then nothing: the upstream holds the stream open.
+pub fn first_event_then_stall() -> Reply {
+    Reply::Sse {
+        events: vec![(
+            Duration::ZERO,
+            r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"mock","choices":[{"index":0,"delta":{"content":"first"},"finish_reason":null}]}"#.into(),
+        )],
+        end: StreamEnd::Stall,
+        close: false,
+    }
+}
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
