@@ -8,6 +8,9 @@ use crate::http2::Session as Http2Session;
 use bytes::Bytes;
 use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_http::{RequestHeader, ResponseHeader};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// One request being served, on either protocol.
@@ -26,6 +29,38 @@ macro_rules! either {
     };
 }
 
+/// The same async call on either protocol, as the protocol's own future (no async
+/// wrapper of ours around it: on HTTP/1 a call costs one match when made and one when
+/// polled, benches/README.md).
+macro_rules! either_future {
+    ($session:expr, $s:ident => $call:expr) => {
+        match $session {
+            Session::Http1($s) => Either::Http1 { future: $call },
+            Session::Http2($s) => Either::Http2 { future: $call },
+        }
+    };
+}
+
+pin_project_lite::pin_project! {
+    /// The future of one protocol's call.
+    #[project = EitherProjection]
+    pub enum Either<A, B> {
+        Http1 { #[pin] future: A },
+        Http2 { #[pin] future: B },
+    }
+}
+
+impl<A: Future, B: Future<Output = A::Output>> Future for Either<A, B> {
+    type Output = A::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<A::Output> {
+        match self.project() {
+            EitherProjection::Http1 { future } => future.poll(cx),
+            EitherProjection::Http2 { future } => future.poll(cx),
+        }
+    }
+}
+
 impl Session {
     /// The protocol's version as the access log writes it: `"1.1"` or `"2"`.
     pub fn http_version(&self) -> &'static str {
@@ -37,8 +72,8 @@ impl Session {
 
     /// Reads the next request's head (see `http1::server::Session::read_request`); an
     /// HTTP/2 stream has its one head already.
-    pub async fn read_request(&mut self) -> Result<bool> {
-        either!(self, s => s.read_request().await)
+    pub fn read_request(&mut self) -> impl Future<Output = Result<bool>> + '_ {
+        either_future!(self, s => s.read_request())
     }
 
     /// The request head was read: on HTTP/1 the connection's head deadline ends (on
@@ -87,44 +122,51 @@ impl Session {
         either!(self, s => s.response_started())
     }
 
-    pub async fn read_request_body(&mut self) -> Result<Option<Bytes>> {
-        either!(self, s => s.read_request_body().await)
+    pub fn read_request_body(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + '_ {
+        either_future!(self, s => s.read_request_body())
     }
 
-    pub async fn drain_request_body(&mut self) -> Result<()> {
-        either!(self, s => s.drain_request_body().await)
+    pub fn drain_request_body(&mut self) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.drain_request_body())
     }
 
-    pub async fn client_gone(&mut self) -> Error {
-        either!(self, s => s.client_gone().await)
+    pub fn client_gone(&mut self) -> impl Future<Output = Error> + '_ {
+        either_future!(self, s => s.client_gone())
     }
 
-    pub async fn write_continue_response(&mut self) -> Result<()> {
-        either!(self, s => s.write_continue_response().await)
+    pub fn write_continue_response(&mut self) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.write_continue_response())
     }
 
-    pub async fn write_response_header(&mut self, header: ResponseHeader) -> Result<()> {
-        either!(self, s => s.write_response_header(header).await)
+    pub fn write_response_header(
+        &mut self,
+        header: ResponseHeader,
+    ) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.write_response_header(header))
     }
 
-    pub async fn write_response_body(&mut self, data: Bytes, end: bool) -> Result<()> {
-        either!(self, s => s.write_response_body(data, end).await)
+    pub fn write_response_body(
+        &mut self,
+        data: Bytes,
+        end: bool,
+    ) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.write_response_body(data, end))
     }
 
-    pub async fn flush(&mut self) -> Result<()> {
-        either!(self, s => s.flush().await)
+    pub fn flush(&mut self) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.flush())
     }
 
-    pub async fn respond_error(&mut self, status: u16) -> Result<()> {
-        either!(self, s => s.respond_error(status).await)
+    pub fn respond_error(&mut self, status: u16) -> impl Future<Output = Result<()>> + '_ {
+        either_future!(self, s => s.respond_error(status))
     }
 
-    pub async fn finish(&mut self) -> bool {
-        either!(self, s => s.finish().await)
+    pub fn finish(&mut self) -> impl Future<Output = bool> + '_ {
+        either_future!(self, s => s.finish())
     }
 
-    pub async fn shutdown(&mut self) {
-        either!(self, s => s.shutdown().await)
+    pub fn shutdown(&mut self) -> impl Future<Output = ()> + '_ {
+        either_future!(self, s => s.shutdown())
     }
 }
 
