@@ -295,3 +295,22 @@ fn the_http2_fields_are_checked_and_defaulted() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_body_larger_than_the_flow_control_windows_is_read_whole() {
+    let (mock, gw) = h2c_gateway("").await;
+    mock.push(Reply::completion());
+    // Past the stream's window (256 KiB) and the connection's (1 MiB): the client can send
+    // it only if the gateway gives the window back as it reads.
+    let prompt = "a".repeat(3 << 20);
+    let body =
+        format!(r#"{{"model":"chat-model","messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
+    let mut client = H2Client::connect(gw.addr()).await;
+    let answer = within("the answer to a 3 MiB body", client.chat(ALPHA, &body)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        mock.requests()[0].body.len(),
+        body.len(),
+        "the upstream got the whole body"
+    );
+}

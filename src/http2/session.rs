@@ -17,7 +17,7 @@
 
 use super::connection::Resets;
 use crate::http1::error::{Error, Result};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{header, HeaderName, Method, Version};
@@ -164,6 +164,27 @@ impl Session {
             Err(e) => {
                 self.count_reset(&e);
                 Err(Error::Read(io_error(e)))
+            }
+        }
+    }
+
+    /// HTTP/2 frames a body in DATA frames: there is no length to read it by (`None`, as
+    /// for a chunked HTTP/1 body).
+    pub fn request_body_left(&self) -> Option<u64> {
+        None
+    }
+
+    /// Appends the next bytes of the request body to `dst`: how many, 0 at its end.
+    pub async fn read_request_body_into(&mut self, dst: &mut BytesMut) -> Result<usize> {
+        loop {
+            match self.read_request_body().await? {
+                // An empty DATA frame is not the end.
+                Some(data) if data.is_empty() => continue,
+                Some(data) => {
+                    dst.extend_from_slice(&data);
+                    return Ok(data.len());
+                }
+                None => return Ok(0),
             }
         }
     }

@@ -5,7 +5,7 @@
 use crate::http1::error::{Error, Result};
 use crate::http1::server::Session as Http1Session;
 use crate::http2::Session as Http2Session;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::future::Future;
@@ -124,6 +124,17 @@ impl Session {
 
     pub fn read_request_body(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + '_ {
         either_future!(self, s => s.read_request_body())
+    }
+
+    pub fn request_body_left(&self) -> Option<u64> {
+        either!(self, s => s.request_body_left())
+    }
+
+    pub fn read_request_body_into<'a>(
+        &'a mut self,
+        dst: &'a mut BytesMut,
+    ) -> impl Future<Output = Result<usize>> + 'a {
+        either_future!(self, s => s.read_request_body_into(dst))
     }
 
     pub fn drain_request_body(&mut self) -> impl Future<Output = Result<()>> + '_ {
