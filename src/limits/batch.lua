@@ -13,20 +13,22 @@
 -- lease lifetime (us), 0 meaning "no such limit"; the start of the day and of the month
 -- (Unix ms) and how long an account is kept after a reservation (ms); per budget account
 -- its day and month limits (micro-dollars, -1: none); then the number of settlements and
--- eight values each: tokens reserved per minute, per day (-1: none), tokens used (-1:
--- unknown, the reservation stands), lease id ('': none), money reserved (-1: none), money
--- it cost, and the day's and month's starts it was reserved in; then the number of leases
--- to keep and their ids (each held again for one lifetime, re-created if the store lost
--- it); then the number of admissions and three values each: estimate, lease id ('':
--- none), cost (micro-dollars; -1: nothing to reserve).
--- Returns fifteen values per admission: {verdict, wait_us, rate_remaining, rate_reset_us,
+-- four values each: tokens reserved per minute, per day (-1: none), tokens used (-1:
+-- unknown, the reservation stands), lease id ('': none), and, for a key with budget
+-- accounts, four more: money reserved (-1: none), money it cost, and the day's and
+-- month's starts it was reserved in; then the number of leases to keep and their ids
+-- (each held again for one lifetime, re-created if the store lost it); then the number of
+-- admissions and two values each: estimate, lease id ('': none), and, for a key with
+-- budget accounts, a third: its cost (micro-dollars; -1: nothing to reserve).
+-- Returns ten values per admission: {verdict, wait_us, rate_remaining, rate_reset_us,
 -- token_window, token_limit, token_remaining, token_reset_us, reserved_minute,
--- reserved_day, budget_remaining, budget_account, budget_window, budget_limit,
--- budget_spent}; verdict 0 admitted, 1 request rate, 2 concurrency, 3 tokens, 4 budget;
--- token_window 0 none, 1 minute, 2 day; reserved -1 for a window the key does not have;
--- budget_remaining the micro-dollars the tightest budget window has left (after the
--- reservation if admitted; -1: no budget); the last four name the window a budget refusal
--- is for (account 1-based, window 1 day, 2 month; 0 otherwise).
+-- reserved_day}, and five more for a key with budget accounts: {budget_remaining,
+-- budget_account, budget_window, budget_limit, budget_spent}. Verdict 0 admitted, 1
+-- request rate, 2 concurrency, 3 tokens, 4 budget; token_window 0 none, 1 minute, 2 day;
+-- reserved -1 for a window the key does not have; budget_remaining the micro-dollars the
+-- tightest budget window has left (after the reservation if admitted); the last four name
+-- the window a budget refusal is for (account 1-based, window 1 day, 2 month; 0
+-- otherwise).
 -- Every number handed to Redis is formatted as an integer, and no arrival time runs more
 -- than its period plus seven days ahead of the clock, so no value overflows whatever a
 -- settlement carries. Amounts of money arrive below 2^50 micro-dollars (the gateway caps
@@ -53,6 +55,7 @@ for a = 1, #KEYS - 3 do
     limits = {tonumber(ARGV[at]), tonumber(ARGV[at + 1])}, dirty = false, reserved = false}
   at = at + 2
 end
+local budgeted = #accounts > 0
 local function spent(account)
   local d, m = 0, 0
   if account.ds == day then d = account.dm end
@@ -80,9 +83,13 @@ at = at + 1
 for _ = 1, settlements do
   local reserved = {tonumber(ARGV[at]), tonumber(ARGV[at + 1])}
   local used, lease = tonumber(ARGV[at + 2]), ARGV[at + 3]
-  local money, cost = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
-  local money_day, money_month = tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7])
-  at = at + 8
+  local money, cost, money_day, money_month = -1, 0, 0, 0
+  if budgeted then
+    money, cost = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
+    money_day, money_month = tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7])
+    at = at + 4
+  end
+  at = at + 4
   -- Money: the reservation replaced by the cost, only in the windows it was made in (a
   -- window that has ended since, or an account the store lost, is left as it is).
   if money >= 0 then
@@ -163,8 +170,12 @@ end
 local answers = {}
 local taken = {}
 for _ = 1, admissions do
-  local estimate, lease, cost = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
-  at = at + 3
+  local estimate, lease, cost = tonumber(ARGV[at]), ARGV[at + 1], -1
+  at = at + 2
+  if budgeted then
+    cost = tonumber(ARGV[at])
+    at = at + 1
+  end
 
   local rate_after, rate_wait = nil, 0
   if per_minute > 0 then
@@ -277,8 +288,11 @@ for _ = 1, admissions do
 
   local answer = {verdict, math.ceil(math.min(wait, max_debt)), rate_remaining,
     math.ceil(rate_reset), shown, token_limit, token_remaining,
-    math.ceil(math.min(token_reset, periods[2] + max_debt)), reserved[1], reserved[2],
-    budget_left, refused[1], refused[2], refused[3], refused[4]}
+    math.ceil(math.min(token_reset, periods[2] + max_debt)), reserved[1], reserved[2]}
+  if budgeted then
+    answer[11], answer[12], answer[13] = budget_left, refused[1], refused[2]
+    answer[14], answer[15] = refused[3], refused[4]
+  end
   for _, value in ipairs(answer) do answers[#answers + 1] = value end
 end
 

@@ -88,13 +88,10 @@ pub struct Store {
 /// for a key whose owner has a budget, under the owner's with the key's name after it, so
 /// one call reaches them and the owner's budget account on one Redis Cluster slot.
 pub(super) fn redis_keys(namespace: &str, key: &Key) -> [String; 3] {
-    let tag = budget::tag(key);
-    ["requests", "tokens", "leases"].map(|what| {
-        if tag == key.name {
-            format!("{namespace}:sluice:{{{tag}}}:{what}")
-        } else {
-            format!("{namespace}:sluice:{{{tag}}}:key:{}:{what}", key.name)
-        }
+    let name = &key.name;
+    ["requests", "tokens", "leases"].map(|what| match budget::owner_tag(key) {
+        Some(owner) => format!("{namespace}:sluice:{{owner/{owner}}}:key:{name}:{what}"),
+        None => format!("{namespace}:sluice:{{{name}}}:{what}"),
     })
 }
 

@@ -17,20 +17,21 @@ const KEPT_PAST_MONTH_MS: i64 = 7 * 86_400_000;
 /// billion USD): sums of such amounts stay exact in the script's doubles.
 pub(super) const MAX_MICROS: u64 = 1 << 50;
 
-/// The hash tag of a key's state in the store: its owner's when the owner has a budget
-/// (that account is shared by the owner's keys, and a Redis Cluster runs one script call
-/// on one slot), else the key's own name. Key names have no `/`, so the two never meet.
-pub(super) fn tag(key: &Key) -> String {
-    match (&key.owner, &key.owner_budget) {
-        (Some(owner), Some(_)) => format!("owner/{owner}"),
-        _ => key.name.clone(),
-    }
+/// Whose hash tag a key's state has in the store: `Some(owner)` when its owner has a
+/// budget, the tag `owner/OWNER` (that account is shared by the owner's keys, and a Redis
+/// Cluster runs one script call on one slot); `None`, the key's own name. Key names have
+/// no `/`, so the two never meet.
+pub(super) fn owner_tag(key: &Key) -> Option<&str> {
+    key.owner_budget.as_ref().and(key.owner.as_deref())
 }
 
 /// The Redis keys of the key's budget accounts (its own, then its owner's), in the order
 /// `budgets_of` gives them, under the key's tag.
 pub(super) fn accounts(namespace: &str, key: &Key) -> Vec<String> {
-    let tag = tag(key);
+    let tag = match owner_tag(key) {
+        Some(owner) => format!("owner/{owner}"),
+        None => key.name.clone(),
+    };
     budgets_of(key)
         .map(|(scope, name, _)| match scope {
             Scope::Key => format!("{namespace}:sluice:{{{tag}}}:budget:key:{name}"),

@@ -7,15 +7,18 @@
 use super::budget::{account_lifetime, account_limits, accounts, MAX_MICROS};
 use super::{redis_keys, Store};
 use crate::catalog::Key;
-use crate::limits::budget::Windows;
+use crate::limits::budget::{Budgets, Windows};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// The most admissions, and the most settlements, one call carries.
 const BATCH_MAX: usize = 128;
 
-/// Values `batch.lua` answers per admission.
+/// Values `batch.lua` answers per admission of a key with budgets.
 pub(super) const ANSWER: usize = 15;
+
+/// Values `batch.lua` answers per admission of a key without: the first ten.
+const UNBUDGETED_ANSWER: usize = 10;
 
 /// `batch.lua`'s answer to one admission, and the budget windows of the call that made it.
 pub(super) type Answer = ([i64; ANSWER], Windows);
@@ -157,7 +160,10 @@ impl Store {
             };
             // The budgets' calendar: the wall clock of the latest admission sent.
             let now_ms = admissions.iter().map(|w| w.now_ms).max().unwrap_or(0);
-            let windows = Windows::at(now_ms);
+            let windows = match &key {
+                Some(key) if Budgets::applies(key) => Windows::at(now_ms),
+                _ => Windows::NONE,
+            };
             let answer = match &key {
                 // Down: the admissions apply `on_error`; the leases expire on their own.
                 Some(key) if self.is_up() => {
@@ -171,10 +177,7 @@ impl Store {
                 _ => None,
             };
             for (i, waiting) in admissions.into_iter().enumerate() {
-                let values = answer.as_ref().and_then(|a| {
-                    let values = a.get(i * ANSWER..(i + 1) * ANSWER)?;
-                    <[i64; ANSWER]>::try_from(values).ok()
-                });
+                let values = answer.as_ref().and_then(|a| a.get(i).copied());
                 let (cost, lease) = (waiting.cost, waiting.lease);
                 if let Err(Some((values, windows))) =
                     waiting.answer.send(values.map(|v| (v, windows)))
@@ -200,7 +203,7 @@ impl Store {
     }
 
     /// One call of `batch.lua` for the key: its settlements, the leases it keeps, then its
-    /// admissions; the answers, fifteen values per admission, or `None` if the call failed.
+    /// admissions; the answer to each admission, or `None` if the call failed.
     pub(super) async fn send(
         &self,
         key: &Key,
@@ -208,13 +211,16 @@ impl Store {
         admissions: &[Waiting],
         settlements: &[Settlement],
         kept: &[String],
-    ) -> Option<Vec<i64>> {
+    ) -> Option<Vec<[i64; ANSWER]>> {
         let namespace = &self.config.namespace;
         let mut invocation = self.batch.prepare_invoke();
         for redis_key in redis_keys(namespace, key) {
             invocation.key(redis_key);
         }
-        for account in accounts(namespace, key) {
+        let accounts = accounts(namespace, key);
+        // Money travels, and is answered, only for a key with budget accounts.
+        let budgeted = !accounts.is_empty();
+        for account in accounts {
             invocation.key(account);
         }
         let Call {
@@ -237,24 +243,23 @@ impl Store {
         }
         invocation.arg(settlements.len());
         for settlement in settlements {
-            let (money, cost, day, month) = match &settlement.money {
-                Some((money, cost)) => (
-                    money.reserved.min(MAX_MICROS) as i64,
-                    (*cost).min(MAX_MICROS),
-                    money.windows.day.0,
-                    money.windows.month.0,
-                ),
-                None => (-1, 0, 0, 0),
-            };
             invocation
                 .arg(settlement.reserved[0])
                 .arg(settlement.reserved[1])
                 .arg(settlement.used)
-                .arg(settlement.lease.as_deref().unwrap_or_default())
-                .arg(money)
-                .arg(cost)
-                .arg(day)
-                .arg(month);
+                .arg(settlement.lease.as_deref().unwrap_or_default());
+            if budgeted {
+                let (money, cost, day, month) = match &settlement.money {
+                    Some((money, cost)) => (
+                        money.reserved.min(MAX_MICROS) as i64,
+                        (*cost).min(MAX_MICROS),
+                        money.windows.day.0,
+                        money.windows.month.0,
+                    ),
+                    None => (-1, 0, 0, 0),
+                };
+                invocation.arg(money).arg(cost).arg(day).arg(month);
+            }
         }
         invocation.arg(kept.len());
         for lease in kept {
@@ -264,18 +269,27 @@ impl Store {
         for waiting in admissions {
             invocation
                 .arg(waiting.estimate)
-                .arg(waiting.lease.as_deref().unwrap_or_default())
-                .arg(waiting.cost.map_or(-1, |c| c.min(MAX_MICROS) as i64));
+                .arg(waiting.lease.as_deref().unwrap_or_default());
+            if budgeted {
+                invocation.arg(waiting.cost.map_or(-1, |c| c.min(MAX_MICROS) as i64));
+            }
         }
         let answer: Vec<i64> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await?;
-        if answer.len() == admissions.len() * ANSWER {
-            Some(answer)
-        } else {
+        let each = if budgeted { ANSWER } else { UNBUDGETED_ANSWER };
+        if answer.len() != admissions.len() * each {
             self.script_failed();
-            None
+            return None;
         }
+        let answers = answer.chunks_exact(each).map(|values| {
+            // Without budgets: no budget remaining (-1) and no budget refusal named.
+            let mut full = [0; ANSWER];
+            full[UNBUDGETED_ANSWER] = -1;
+            full[..each].copy_from_slice(values);
+            full
+        });
+        Some(answers.collect())
     }
 }
 
