@@ -202,7 +202,7 @@ for _ = 1, admissions do
   -- Every budget window the cost would take over its limit; the one that stays shut
   -- longest is named (the month over the day, the owner's over the key's on a tie).
   local over = nil
-  if cost >= 0 then
+  if budgeted and cost >= 0 then
     for a, account in ipairs(accounts) do
       local now_spent = spent(account)
       for w = 1, 2 do
@@ -270,30 +270,32 @@ for _ = 1, admissions do
       end
     end
   end
-  -- The tightest budget window: what it has left after this request if admitted,
-  -- without it if refused.
-  local budget_left = -1
-  for _, account in ipairs(accounts) do
-    local now_spent = spent(account)
-    for w = 1, 2 do
-      local limit = account.limits[w]
-      if limit >= 0 then
-        local left = math.max(0, limit - now_spent[w])
-        if budget_left < 0 or left < budget_left then budget_left = left end
+  local n = #answers
+  answers[n + 1], answers[n + 2], answers[n + 3] = verdict, math.ceil(math.min(wait, max_debt)),
+    rate_remaining
+  answers[n + 4], answers[n + 5], answers[n + 6] = math.ceil(rate_reset), shown, token_limit
+  answers[n + 7] = token_remaining
+  answers[n + 8] = math.ceil(math.min(token_reset, periods[2] + max_debt))
+  answers[n + 9], answers[n + 10] = reserved[1], reserved[2]
+  if budgeted then
+    -- The tightest budget window: what it has left after this request if admitted,
+    -- without it if refused.
+    local budget_left = -1
+    for _, account in ipairs(accounts) do
+      local now_spent = spent(account)
+      for w = 1, 2 do
+        local limit = account.limits[w]
+        if limit >= 0 then
+          local left = math.max(0, limit - now_spent[w])
+          if budget_left < 0 or left < budget_left then budget_left = left end
+        end
       end
     end
+    local refused = {0, 0, 0, 0}
+    if verdict == 4 then refused = over end
+    answers[n + 11], answers[n + 12], answers[n + 13] = budget_left, refused[1], refused[2]
+    answers[n + 14], answers[n + 15] = refused[3], refused[4]
   end
-  local refused = over or {0, 0, 0, 0}
-  if verdict ~= 4 then refused = {0, 0, 0, 0} end
-
-  local answer = {verdict, math.ceil(math.min(wait, max_debt)), rate_remaining,
-    math.ceil(rate_reset), shown, token_limit, token_remaining,
-    math.ceil(math.min(token_reset, periods[2] + max_debt)), reserved[1], reserved[2]}
-  if budgeted then
-    answer[11], answer[12], answer[13] = budget_left, refused[1], refused[2]
-    answer[14], answer[15] = refused[3], refused[4]
-  end
-  for _, value in ipairs(answer) do answers[#answers + 1] = value end
 end
 
 if rate_dirty then
