@@ -11,7 +11,7 @@ use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
 use crate::http2;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
-use pingora_core::protocols::{GetSocketDigest, SocketDigest};
+use pingora_core::protocols::{GetSocketDigest, SocketDigest, Ssl, ALPN};
 use pingora_core::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -134,9 +134,12 @@ pub(super) async fn accept_loop<A>(
                 let stream = BufferedStream::for_client(Box::new(stream), Arc::clone(&connection));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
-                let h2c = policy.h2c.then(|| policy.http2.clone());
+                let http2 = Http2Choice {
+                    h2c: policy.h2c,
+                    settings: policy.http2.clone(),
+                };
                 tokio::spawn(async move {
-                    serve_connection(app, stream, connection, h2c, shutdown).await;
+                    serve_connection(app, stream, connection, http2, shutdown).await;
                     drop(place);
                 });
             }
@@ -149,21 +152,29 @@ pub(super) async fn accept_loop<A>(
     }
 }
 
-/// Serves one connection: as HTTP/2 when `h2c` is set (the HTTP/2 settings) and the
-/// client opens with the HTTP/2 preface, else as HTTP/1.1.
+/// How a listener may serve HTTP/2.
+struct Http2Choice {
+    /// A cleartext connection that opens with the preface is HTTP/2 (`h2c`).
+    h2c: bool,
+    settings: http2::Settings,
+}
+
+/// Serves one connection: as HTTP/2 when its TLS handshake chose `h2` by ALPN, or, with
+/// `h2c`, when it opens with the HTTP/2 preface; else as HTTP/1.1.
 async fn serve_connection<A>(
     app: Arc<A>,
     mut stream: BufferedStream,
     connection: Arc<ClientConnection>,
-    h2c: Option<http2::Settings>,
+    http2: Http2Choice,
     shutdown: ShutdownWatch,
 ) where
     A: App,
 {
-    if let Some(settings) = h2c {
-        if opens_with_preface(&mut stream).await {
-            return serve_http2(app, stream, connection, &settings, shutdown).await;
-        }
+    // A cleartext stream has no ALPN; a TLS one offers `h2` only when `http2` is set.
+    let chosen = stream.selected_alpn_proto() == Some(ALPN::H2)
+        || (http2.h2c && opens_with_preface(&mut stream).await);
+    if chosen {
+        return serve_http2(app, stream, connection, &http2.settings, shutdown).await;
     }
     serve(app, Box::new(stream), connection, &shutdown).await;
 }
