@@ -314,3 +314,32 @@ async fn a_body_larger_than_the_flow_control_windows_is_read_whole() {
         "the upstream got the whole body"
     );
 }
+
+#[tokio::test]
+async fn the_per_core_event_loops_serve_http2_streams() {
+    let mock = MockUpstream::start().await;
+    mock.set_default(Reply::completion());
+    let yaml = h2c_config(&mock.url(), "");
+    let workers = std::num::NonZeroUsize::new(2).unwrap();
+    let gw = TestGateway::start_on(&yaml, sluice::server::EventLoops::PerCore(workers)).await;
+    let mut client = H2Client::connect(gw.addr()).await;
+    let answers = futures_join(&client, 3).await;
+    assert!(answers.iter().all(|a| *a == 200), "{answers:?}");
+    assert_eq!(client.get("/v1/models", Some(ALPHA)).await.status, 200);
+    gw.running.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `count` chat completions at once on `client`'s connection: their statuses.
+async fn futures_join(client: &H2Client, count: usize) -> Vec<u16> {
+    let tasks: Vec<_> = (0..count)
+        .map(|_| {
+            let mut stream = client.handle();
+            tokio::spawn(async move { stream.chat(ALPHA, &chat_body("chat-model")).await.status })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(within("an answer", task).await.unwrap());
+    }
+    statuses
+}
