@@ -353,5 +353,12 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.max_header_bytes != new.max_header_bytes {
         changed.push("max_header_bytes");
     }
+    // Certificates reload; whether a listener speaks TLS at all does not.
+    if old.tls.is_some() != new.tls.is_some() {
+        changed.push("tls");
+    }
+    if old.admin_tls.is_some() != new.admin_tls.is_some() {
+        changed.push("admin_tls");
+    }
     changed
 }
