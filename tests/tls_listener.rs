@@ -399,3 +399,33 @@ print(answer.choices[0].message.content)
     assert_eq!(stdout.trim(), "hello from mock");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_connection_in_its_handshake_counts_in_max_connections() {
+    let dir = temp_dir("tls-listener-bound");
+    let ca = TestCa::new("test CA");
+    let (cert, key) = ca.server(&["localhost"], None).write(&dir, "server");
+    let mock = MockUpstream::start().await;
+    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "max_connections: 1").await;
+    // Holds the one place without ever saying hello.
+    let silent = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let client = ClientSetup::new(&ca, "localhost");
+    let next = async {
+        let mut conn = client.open(gw.addr()).await;
+        conn.write(&chat_request()).await;
+        conn.read_response().await.map(|r| r.status)
+    };
+    let mut waiting = gw.running.connections_waiting();
+    let release = async {
+        waiting.wait_for(|n| *n == 1).await.unwrap();
+        // The next connection waits for a place: free it.
+        drop(silent);
+    };
+    let served = tokio::time::timeout(READ_LIMIT, async { tokio::join!(next, release).0 }).await;
+    assert_eq!(
+        served.ok().flatten(),
+        Some(200),
+        "the next connection waits while the silent one holds the place, then is served"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

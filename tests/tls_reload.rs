@@ -117,6 +117,52 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[tokio::test]
+async fn the_binary_reloads_its_certificates_on_sighup() {
+    let dir = temp_dir("tls-sighup");
+    let ca = TestCa::new("test CA");
+    let mut served = Vec::new();
+    for version in ["v1", "v2"] {
+        std::fs::create_dir(dir.join(version)).unwrap();
+        let leaf = ca.server(&["localhost"], None);
+        leaf.write(&dir.join(version), "server");
+        served.push(leaf.der);
+    }
+    swap_certs(&dir, "v1");
+    let mock = MockUpstream::start().await;
+    let config = dir.join("gateway.yaml");
+    // No watcher in the way: only the signal reloads.
+    let tls = "watch_interval: 24h\nthreads: 2\ntls:\n  certificates:\n    - {cert_file: certs/server.pem, key_file: certs/server.key}\n";
+    std::fs::write(&config, config_with(&mock.url(), tls)).unwrap();
+    let process = GatewayProcess::start(&config, &[("TEST_UPSTREAM_KEY", UPSTREAM_SECRET)]);
+    let client = ClientSetup::new(&ca, "localhost");
+    let first = client.connect(process.addr).await.unwrap();
+    assert_eq!(served_certificate(&first), served[0]);
+    let mut open = Conn::over(first);
+    open.write(&chat_request()).await;
+    assert_eq!(open.read_response().await.unwrap().status, 200);
+
+    swap_certs(&dir, "v2");
+    process.signal("HUP");
+    let reloaded = process.log_record("configuration reloaded").await;
+    assert_eq!(reloaded["trigger"], "Signal", "{reloaded}");
+    let second = client.connect(process.addr).await.unwrap();
+    assert_eq!(
+        served_certificate(&second),
+        served[1],
+        "after SIGHUP a new handshake gets the new certificate"
+    );
+    open.write(&chat_request()).await;
+    assert_eq!(
+        open.read_response().await.unwrap().status,
+        200,
+        "the open connection goes on"
+    );
+    let (code, _, _) = process.stop();
+    assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The errors of parsing `tls` (written at the top of the standard configuration).
 fn tls_errors(tls: &str) -> String {
     let text = config_with("http://127.0.0.1:1/v1", tls);
