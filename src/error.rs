@@ -401,5 +401,7 @@ fn bounded(text: &str) -> &str {
         .map_or(text, |(end, _)| &text[..end])
 }
 
+mod from_http1;
+
 #[cfg(test)]
 mod tests;

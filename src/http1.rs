@@ -13,6 +13,7 @@
 //! | `answer.rs` | a whole small answer; the request header slimmed once an answer's head is out |
 //! | `reader.rs` | the reading side of a connection, either end: buffered bytes, a body by length, chunks or close |
 //! | `chunk_line.rs` | the one chunk-size line parser (RFC 9112 §7.1.1) |
+//! | `error.rs` | [`Error`]: what the layer reports, one enum for both sides |
 //! | `connection_tokens.rs` | the `Connection` field's tokens, and keep-alive by version |
 //! | `sse.rs` | the one reader of server-sent events: line ends, event ends, `data:` values, bounded buffering |
 
@@ -20,8 +21,11 @@ pub mod answer;
 mod chunk_line;
 pub mod client;
 pub mod connection_tokens;
+pub mod error;
 pub mod framing;
 mod head;
 pub mod reader;
 pub mod server;
 pub mod sse;
+
+pub use error::Error;

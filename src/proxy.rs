@@ -54,13 +54,12 @@ use crate::respond::{error_response_in, ErrorShape, LocalResponse};
 use crate::route::{route, Route};
 use crate::telemetry::RequestStart;
 use crate::upstream::{self, AfterCut};
-use context::{Failure, LimitMode};
+use context::{Broken, Failure, LimitMode};
 use deliver::Destination;
 use downstream::{answer, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use outcome::{finish_trace, log_request, record_error, refuse_head, settle_tokens};
 use pingora_core::server::ShutdownWatch;
-use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -132,16 +131,8 @@ impl Proxy {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                let refused = match e.etype() {
-                    ErrorType::InvalidHTTPHeader => Some(RequestError::InvalidRequest {
-                        detail: "its head could not be parsed",
-                    }),
-                    ErrorType::HTTPStatus(431) => Some(RequestError::RequestHeaderTooLarge),
-                    ErrorType::HTTPStatus(501) => Some(RequestError::UnsupportedTransferEncoding),
-                    // The client left, or a read failed: nobody to answer.
-                    _ => None,
-                };
-                if let Some(error) = refused {
+                // `None`: the client left, or a read failed: nobody to answer.
+                if let Some(error) = RequestError::from_client(&e) {
                     refuse_head(&self.gateway, session, error).await;
                 }
                 session.shutdown().await;
@@ -175,11 +166,13 @@ impl Proxy {
 
     /// The whole request: every decision, then the answer, local or proxied. The one place
     /// a [`Failure`] becomes an error for the connection.
-    async fn request(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<()> {
+    async fn request(&self, session: &mut Session, ctx: &mut RequestContext) -> Result<(), Broken> {
         match self.handle(session, ctx).await {
             Ok(()) => Ok(()),
             Err(Failure::Answer(error)) => {
-                answer(session, ctx, error_response_in(ctx.error_shape, &error)).await?;
+                answer(session, ctx, error_response_in(ctx.error_shape, &error))
+                    .await
+                    .map_err(Broken::Answer)?;
                 record_error(&self.gateway, ctx, error);
                 Ok(())
             }
@@ -189,31 +182,28 @@ impl Proxy {
                 ctx.error = Some(error);
                 match then {
                     AfterCut::KeepAlive => Ok(()),
-                    AfterCut::Close => Err(Error::explain(
-                        ErrorType::ConnectionClosed,
-                        "upstream failed after the response started",
-                    )),
+                    AfterCut::Close => Err(Broken::Cut),
                 }
             }
-            Err(Failure::Abort(mut e)) => {
-                // Only the client's side aborts (it left, or reading or writing it failed):
-                // marked so, `fail` answers nothing and counts no internal error.
-                e.esource = ErrorSource::Downstream;
-                Err(e)
-            }
+            // Only the client's side aborts (it left, or reading or writing it failed):
+            // `fail` answers nothing and counts no internal error.
+            Err(Failure::Abort(e)) => Err(Broken::ClientGone(e)),
         }
     }
 
-    /// After an error: a JSON 500 if nothing was sent yet and the client is still there.
-    /// The connection is not reused.
-    async fn fail(&self, session: &mut Session, e: &Error, ctx: &mut RequestContext) {
-        let client_gone = matches!(e.esource(), ErrorSource::Downstream)
-            || matches!(
-                e.etype(),
-                ErrorType::ConnectionClosed | ErrorType::WriteError | ErrorType::ReadError
-            );
-        if !session.response_started() && !client_gone {
-            log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e.etype(); "request failed");
+    /// After an error: a JSON 500 if nothing was sent yet and the failure was the
+    /// gateway's own (not a client that left). The connection is not reused.
+    async fn fail(&self, session: &mut Session, e: &Broken, ctx: &mut RequestContext) {
+        let ours = match e {
+            Broken::Answer(e) => RequestError::from_client(e).is_some(),
+            Broken::ClientGone(e) => {
+                log::debug!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:% = e; "the client's connection ended the request");
+                false
+            }
+            Broken::Cut => false,
+        };
+        if !session.response_started() && ours {
+            log::error!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), error:? = e; "request failed");
             let error = RequestError::Internal;
             let _ = answer(session, ctx, error_response_in(ctx.error_shape, &error)).await;
             record_error(&self.gateway, ctx, error);
@@ -246,7 +236,7 @@ impl Proxy {
     }
 
     /// Last, for every request that ran: the access-log line and the request metrics.
-    fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestContext) {
+    fn logging(&self, session: &mut Session, e: Option<&Broken>, ctx: &mut RequestContext) {
         settle_tokens(&self.gateway, e, ctx);
         log_request(&self.gateway, session, e, ctx);
         finish_trace(e, ctx);

@@ -274,3 +274,47 @@ fn imports_are_read_from_use_lines_lists_and_inline_paths() {
     let found: Vec<String> = imports(text).into_iter().collect();
     assert_eq!(found, ["catalog", "error", "metrics"]);
 }
+
+/// The files that may name pingora's `ErrorType`: only the classification of a failure of
+/// pingora's connector (a connection that could not be opened). A failure of the HTTP layer
+/// is its own `http1::Error`, matched by variant, never by pingora's error kinds.
+const ERROR_TYPE_ALLOWED: &[&str] = &["upstream/verdict.rs"];
+
+/// The source files (tests left out) whose code names `needle`, as paths under `src/`.
+fn files_naming(needle: &str) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut naming: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).expect("a source file is readable");
+            without_test_modules(&text)
+                .lines()
+                .any(|line| code(line).contains(needle))
+        })
+        .map(|file| {
+            let shown = file.strip_prefix(&src).unwrap_or(file);
+            shown.display().to_string().replace('\\', "/")
+        })
+        .collect();
+    naming.sort();
+    naming
+}
+
+#[test]
+fn no_caller_classifies_an_http_layer_failure_by_pingora_error_kinds() {
+    let naming: Vec<String> = files_naming("ErrorType")
+        .into_iter()
+        .filter(|file| !ERROR_TYPE_ALLOWED.contains(&file.as_str()))
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "pingora's ErrorType is named outside {ERROR_TYPE_ALLOWED:?}: {naming:?}"
+    );
+    assert_eq!(
+        files_naming("PrematureBodyEnd"),
+        Vec::<String>::new(),
+        "an answer ended short is http1::Error::PrematureEnd"
+    );
+}

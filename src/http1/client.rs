@@ -13,11 +13,12 @@
 //! What it reads: a status line and fields (`head.rs`, at most 256 fields and
 //! [`MAX_HEAD_BYTES`]), interim 1xx heads skipped, a body framed by `Content-Length`, by
 //! `Transfer-Encoding: chunked` (extensions and trailers read and dropped) or by the
-//! connection closing; framing that is malformed or contradictory is a protocol error, as
-//! is a `101`. What it writes: the request head's bytes as the caller wrote them and the
+//! connection closing; framing that is malformed or contradictory is
+//! [`Error::MalformedHead`] or [`Error::MalformedBody`], as is a `101`. What it writes: the request head's bytes as the caller wrote them and the
 //! body, in as few writes as the transport under it allows (`listener/transport.rs`).
 
 use super::connection_tokens::ConnectionTokens;
+use super::error::{Error, Result};
 use super::framing::Framing;
 use super::head::{parse_response, ResponseHead};
 use super::reader::{Chunk, MessageReader, Reading};
@@ -25,7 +26,6 @@ use bytes::Bytes;
 use http::{StatusCode, Version};
 use pingora_core::protocols::Shutdown;
 use pingora_core::protocols::Stream;
-use pingora_core::{Error, ErrorType, OrErr, Result};
 use std::future::Future;
 use tokio::io::AsyncWriteExt;
 
@@ -42,10 +42,7 @@ pub trait WriteBody: Sync {
 
 impl WriteBody for Bytes {
     async fn write_body(&self, stream: &mut Stream) -> Result<()> {
-        stream
-            .write_all(self)
-            .await
-            .or_err(ErrorType::WriteError, "writing the request body")
+        stream.write_all(self).await.map_err(Error::Write)
     }
 }
 
@@ -77,15 +74,9 @@ impl Http1 {
     ) -> Result<()> {
         self.head_request = head_request;
         let stream = &mut self.reader.stream;
-        stream
-            .write_all(head)
-            .await
-            .or_err(ErrorType::WriteError, "writing the request header")?;
+        stream.write_all(head).await.map_err(Error::Write)?;
         body.write_body(stream).await?;
-        stream
-            .flush()
-            .await
-            .or_err(ErrorType::WriteError, "writing the request")
+        stream.flush().await.map_err(Error::Write)
     }
 
     /// Reads the next final response head, skipping interim (1xx) ones.
@@ -94,7 +85,7 @@ impl Http1 {
             if let Some(head) = parse_response(&mut self.reader)? {
                 if head.status.is_informational() {
                     if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                        return Error::e_explain(ErrorType::H1Error, "a 101 nobody asked for");
+                        return Err(Error::MalformedHead("a 101 nobody asked for"));
                     }
                     continue;
                 }
@@ -102,16 +93,10 @@ impl Http1 {
                 return Ok(head);
             }
             if self.reader.buffered().len() > MAX_HEAD_BYTES {
-                return Error::e_explain(
-                    ErrorType::InvalidHTTPHeader,
-                    "a response head over its size limit",
-                );
+                return Err(Error::MalformedHead("a response head over its size limit"));
             }
             if self.reader.fill().await? == 0 {
-                return Error::e_explain(
-                    ErrorType::ConnectionClosed,
-                    "the upstream closed before its response head",
-                );
+                return Err(Error::Closed("a response head"));
             }
         }
     }

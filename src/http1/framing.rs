@@ -5,10 +5,10 @@
 //! is dropped and the connection closed); an upstream's answer to one `chunked` field and
 //! agreeing lengths, chunked winning over a length (RFC 9112 §6.3).
 
+use super::error::{Error, Result};
 use crate::http1::reader::{content_length, Chunk, Reading};
 use http::{header, HeaderMap, Version};
 use pingora_core::protocols::Stream;
-use pingora_core::{Error, ErrorType, Result};
 use pingora_http::RequestHeader;
 use tokio::io::AsyncWriteExt;
 
@@ -24,18 +24,17 @@ pub struct RequestFraming {
 /// The framing of `request`'s body. `Transfer-Encoding` is accepted only as one field
 /// whose value is the one coding `chunked` (any case): the gateway decodes no other coding,
 /// and a list or a second field (`gzip, chunked`, `chunked, chunked`) is what a front
-/// proxy may read otherwise; that is `HTTPStatus(501)` (`unsupported_transfer_encoding`,
-/// as nginx answers). Any `Transfer-Encoding` on HTTP/1.0, or an ambiguous
-/// `Content-Length`, is an `InvalidHTTPHeader` error (400).
+/// proxy may read otherwise; that is [`Error::UnsupportedTransferCoding`]
+/// (`unsupported_transfer_encoding`, as nginx answers). Any `Transfer-Encoding` on
+/// HTTP/1.0, or an ambiguous `Content-Length`, is [`Error::MalformedHead`] (400).
 pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
     let headers = &request.headers;
     let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
     if let Some(first) = codings.next() {
         if request.version == Version::HTTP_10 {
-            return Error::e_explain(
-                ErrorType::InvalidHTTPHeader,
+            return Err(Error::MalformedHead(
                 "Transfer-Encoding on an HTTP/1.0 request",
-            );
+            ));
         }
         let only_chunked = codings.next().is_none()
             && first
@@ -43,18 +42,15 @@ pub fn request_framing(request: &RequestHeader) -> Result<RequestFraming> {
                 .trim_ascii()
                 .eq_ignore_ascii_case(b"chunked");
         if !only_chunked {
-            return Error::e_explain(
-                ErrorType::HTTPStatus(501),
-                "a Transfer-Encoding other than one chunked coding",
-            );
+            return Err(Error::UnsupportedTransferCoding);
         }
         return Ok(RequestFraming {
             reading: Reading::Chunked(Chunk::Size),
             drop_content_length: headers.contains_key(header::CONTENT_LENGTH),
         });
     }
-    let length = content_length(headers)
-        .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "an ambiguous Content-Length"))?;
+    let length =
+        content_length(headers).map_err(|_| Error::MalformedHead("an ambiguous Content-Length"))?;
     Ok(RequestFraming {
         reading: Reading::Length(length.unwrap_or(0)),
         drop_content_length: false,
@@ -76,7 +72,7 @@ pub struct AmbiguousFraming;
 
 /// An upstream answer's body framing, if it is one a client can be given unambiguously:
 /// one `Transfer-Encoding: chunked` field, or `Content-Length` values that all agree.
-pub fn response_framing(headers: &HeaderMap) -> std::result::Result<Framing, AmbiguousFraming> {
+pub fn response_framing(headers: &HeaderMap) -> Result<Framing, AmbiguousFraming> {
     let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
     if let Some(coding) = codings.next() {
         let chunked = coding
@@ -133,29 +129,32 @@ impl Writing {
     }
 
     /// Writes `data` by the framing; a chunk or a close-delimited piece is flushed (it may
-    /// be a stream's event).
-    pub async fn write(&mut self, stream: &mut Stream, data: &[u8]) -> std::io::Result<()> {
+    /// be a stream's event). More bytes than a length left is [`Error::Overrun`].
+    pub async fn write(&mut self, stream: &mut Stream, data: &[u8]) -> Result<()> {
         match self {
             Writing::Length(left) => {
                 if data.len() as u64 > *left {
                     *self = Writing::Done;
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "more answer bytes than its Content-Length",
-                    ));
+                    return Err(Error::Overrun);
                 }
-                stream.write_all(data).await?;
+                stream.write_all(data).await.map_err(Error::Write)?;
                 *left -= data.len() as u64;
             }
             Writing::Chunked => {
-                stream.write_all(&chunk_size_line(data.len())).await?;
-                stream.write_all(data).await?;
-                stream.write_all(b"\r\n").await?;
-                stream.flush().await?;
+                let written = async {
+                    stream.write_all(&chunk_size_line(data.len())).await?;
+                    stream.write_all(data).await?;
+                    stream.write_all(b"\r\n").await?;
+                    stream.flush().await
+                };
+                written.await.map_err(Error::Write)?;
             }
             Writing::UntilClose => {
-                stream.write_all(data).await?;
-                stream.flush().await?;
+                let written = async {
+                    stream.write_all(data).await?;
+                    stream.flush().await
+                };
+                written.await.map_err(Error::Write)?;
             }
             Writing::Bodiless | Writing::Done => {}
         }
@@ -164,10 +163,10 @@ impl Writing {
 
     /// Ends the body (a chunked one with its last chunk); whether it ended short of its
     /// `Content-Length`.
-    pub async fn finish(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
+    pub async fn finish(&mut self, stream: &mut Stream) -> Result<bool> {
         let short = match *self {
             Writing::Chunked => {
-                stream.write_all(b"0\r\n\r\n").await?;
+                stream.write_all(b"0\r\n\r\n").await.map_err(Error::Write)?;
                 false
             }
             Writing::Length(left) => left > 0,
@@ -238,7 +237,10 @@ mod tests {
         let mut writing = Writing::Length(8);
         writing.write(&mut stream, b"1234").await.unwrap();
         let over = writing.write(&mut stream, b"56789").await;
-        assert!(over.is_err(), "5 bytes where 4 are left: an error");
+        assert!(
+            matches!(over, Err(Error::Overrun)),
+            "5 bytes where 4 are left: an error"
+        );
         assert_eq!(writing, Writing::Done, "nothing more is written");
         stream.flush().await.unwrap();
         drop(stream);

@@ -11,11 +11,11 @@
 //! Both refuse a head `httparse` refuses, a field name or value `http` refuses, and more
 //! than [`MAX_FIELDS`] fields.
 
+use super::error::{Error, Result};
 use super::framing::{request_framing, response_framing, Framing};
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
-use pingora_core::{Error, ErrorType, OrErr, Result};
 use pingora_http::RequestHeader;
 
 /// Most fields a head may have, on either side.
@@ -34,7 +34,7 @@ pub(super) struct Head {
 
 /// Parses a whole head at the front of `reader`'s buffer and takes it out; `None` when more
 /// bytes are needed. A head over `max_bytes`, or with more than [`MAX_FIELDS`] fields, is
-/// an `HTTPStatus(431)` error (`request_header_too_large`).
+/// [`Error::HeadTooLarge`] (`request_header_too_large`).
 pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Option<Head>> {
     // Left uninitialized until parsed (an 8 KiB fill otherwise).
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_FIELDS];
@@ -43,33 +43,19 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
     let length = match parsed.parse_with_uninit_headers(buffered, &mut fields) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Error::e_explain(
-                ErrorType::HTTPStatus(431),
-                "a request head with too many fields",
-            )
-        }
-        Err(e) => {
-            return Err(Error::because(
-                ErrorType::InvalidHTTPHeader,
-                "an unreadable request head",
-                e,
-            ))
-        }
+        Err(httparse::Error::TooManyHeaders) => return Err(Error::HeadTooLarge),
+        Err(_) => return Err(Error::MalformedHead("an unreadable request head")),
     };
     if length > max_bytes {
         // Whole, but longer than allowed (its end arrived with the bytes that crossed it).
-        return Error::e_explain(
-            ErrorType::HTTPStatus(431),
-            "a request head over max_header_bytes",
-        );
+        return Err(Error::HeadTooLarge);
     }
     // Where each piece lies in the head, so the fields can share its bytes once it is
     // taken out of the buffer.
     let base = buffered.as_ptr() as usize;
     let at = |piece: &[u8]| (piece.as_ptr() as usize - base, piece.len());
     let method = Method::from_bytes(parsed.method.unwrap_or_default().as_bytes())
-        .or_err(ErrorType::InvalidHTTPHeader, "an unreadable request method")?;
+        .map_err(|_| Error::MalformedHead("an unreadable request method"))?;
     let target = at(parsed.path.unwrap_or_default().as_bytes());
     let version = match parsed.version {
         Some(0) => Version::HTTP_10,
@@ -86,9 +72,9 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, value) in spans {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
-            .or_err(ErrorType::InvalidHTTPHeader, "a request field name")?;
+            .map_err(|_| Error::MalformedHead("a request field name"))?;
         let value = HeaderValue::from_maybe_shared(piece(value))
-            .or_err(ErrorType::InvalidHTTPHeader, "a request field value")?;
+            .map_err(|_| Error::MalformedHead("a request field value"))?;
         headers.append(name, value);
     }
     let target = piece(target);
@@ -108,15 +94,21 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
             RequestHeader::from(parts)
         }
         None => {
-            let mut request = RequestHeader::build_no_case(method, &target, Some(headers.len()))?;
+            let unreadable = |_| Error::MalformedHead("an unreadable request target");
+            let mut request = RequestHeader::build_no_case(method, &target, Some(headers.len()))
+                .map_err(unreadable)?;
             request.set_version(version);
             for (name, value) in headers.iter() {
-                request.append_header(name.clone(), value.clone())?;
+                request
+                    .append_header(name.clone(), value.clone())
+                    .map_err(unreadable)?;
             }
             request
         }
     };
-    pingora_core::protocols::http::authority::validate_request_authority(&request)?;
+    // Two `Host` fields, userinfo, a `Host` that differs from an absolute target.
+    pingora_core::protocols::http::authority::validate_request_authority(&request)
+        .map_err(|_| Error::MalformedHead("an ambiguous or malformed authority"))?;
     let framing = request_framing(&request)?;
     if framing.drop_content_length {
         request.remove_header(&header::CONTENT_LENGTH);
@@ -156,25 +148,12 @@ pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<Respon
     let length = match parsed {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => {
-            return Err(Error::because(
-                ErrorType::InvalidHTTPHeader,
-                "an unreadable response head",
-                e,
-            ))
-        }
+        Err(_) => return Err(Error::MalformedHead("an unreadable response head")),
     };
-    // `ok_or_else`: pingora's `OkOrErr::or_err` builds its error (an allocation) even
-    // when there is none to report, twice a response (benches/README.md).
     let status = response
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
-        .ok_or_else(|| {
-            Error::explain(
-                ErrorType::InvalidHTTPHeader,
-                "a response status out of range",
-            )
-        })?;
+        .ok_or(Error::MalformedHead("a response status out of range"))?;
     let version = if response.version == Some(0) {
         Version::HTTP_10
     } else {
@@ -183,17 +162,13 @@ pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<Respon
     let mut headers = HeaderMap::with_capacity(response.headers.len());
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
-            .or_err(ErrorType::InvalidHTTPHeader, "a response field name")?;
+            .map_err(|_| Error::MalformedHead("a response field name"))?;
         let value = HeaderValue::from_bytes(field.value)
-            .or_err(ErrorType::InvalidHTTPHeader, "a response field value")?;
+            .map_err(|_| Error::MalformedHead("a response field value"))?;
         headers.append(name, value);
     }
-    let framing = response_framing(&headers).map_err(|_| {
-        Error::explain(
-            ErrorType::InvalidHTTPHeader,
-            "a response body framed ambiguously",
-        )
-    })?;
+    let framing = response_framing(&headers)
+        .map_err(|_| Error::MalformedHead("a response body framed ambiguously"))?;
     reader.consume(length);
     Ok(Some(ResponseHead {
         status,

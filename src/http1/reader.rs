@@ -10,14 +10,14 @@
 //! `chunk_line.rs`, extensions checked and dropped, trailer fields dropped, each line at most
 //! [`MAX_CHUNK_LINE`] bytes and ended by CRLF or LF, a CR anywhere else refused), or the
 //! connection's end.
-//! Malformed chunk framing is an `H1Error`; a connection that ends inside a body framed by
-//! length or chunks is `ConnectionClosed`.
+//! Malformed chunk framing is [`Error::MalformedBody`]; a connection that ends inside a body
+//! framed by length or chunks is [`Error::Closed`].
 
 use super::chunk_line;
+use super::error::{Error, Result};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap};
 use pingora_core::protocols::Stream;
-use pingora_core::{Error, ErrorType, OrErr, Result};
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::task::{ready, Poll};
@@ -158,9 +158,7 @@ impl MessageReader {
             Chunk::DataEnd => match self.line()? {
                 None => return Ok(Step::More),
                 Some(line) if line.is_empty() => Chunk::Size,
-                Some(_) => {
-                    return Error::e_explain(ErrorType::H1Error, "chunk data longer than its size")
-                }
+                Some(_) => return Err(Error::MalformedBody("chunk data longer than its size")),
             },
             Chunk::Trailer => match self.line()? {
                 None => return Ok(Step::More),
@@ -182,7 +180,7 @@ impl MessageReader {
         let end = memchr::memchr(b'\n', &self.buf);
         // Bounded whether the line is whole or not yet.
         if end.unwrap_or(self.buf.len()) > MAX_CHUNK_LINE {
-            return Error::e_explain(ErrorType::H1Error, "a chunk line over its size limit");
+            return Err(Error::MalformedBody("a chunk line over its size limit"));
         }
         let Some(end) = end else {
             return Ok(None);
@@ -195,7 +193,7 @@ impl MessageReader {
         // A CR that does not end the line: a front proxy may end the line there (RFC 9112
         // §2.2), and so read the body differently.
         if memchr::memchr(b'\r', &line).is_some() {
-            return Error::e_explain(ErrorType::H1Error, "a bare CR in a chunk line");
+            return Err(Error::MalformedBody("a bare CR in a chunk line"));
         }
         Ok(Some(line))
     }
@@ -258,8 +256,7 @@ impl MessageReader {
                     }
                 };
                 let mut read = ReadBuf::new(&mut space[..most]);
-                ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))
-                    .or_err(ErrorType::ReadError, "reading from the connection")?;
+                ready!(Pin::new(&mut *stream).poll_read(cx, &mut read)).map_err(Error::Read)?;
                 let filled = read.filled();
                 let short = buf.capacity() - buf.len() < filled.len();
                 if let Some(limit) = limit.filter(|&l| short && buf.capacity() * 2 > l) {
@@ -278,10 +275,7 @@ impl MessageReader {
     /// Reads more bytes; the connection ending here cuts the body short.
     async fn fill_or_cut(&mut self) -> Result<()> {
         match self.fill().await? {
-            0 => Error::e_explain(
-                ErrorType::ConnectionClosed,
-                "the connection closed inside the body",
-            ),
+            0 => Err(Error::Closed("a body")),
             _ => Ok(()),
         }
     }
@@ -293,7 +287,7 @@ pub struct AmbiguousLength;
 
 /// A message's `Content-Length`: every value (fields and comma-separated lists) must be
 /// the same number in decimal digits; `None` when there is none.
-pub fn content_length(headers: &HeaderMap) -> std::result::Result<Option<u64>, AmbiguousLength> {
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, AmbiguousLength> {
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
         for part in value.as_bytes().split(|&b| b == b',') {
@@ -322,7 +316,7 @@ fn decimal(digits: &[u8]) -> Option<u64> {
 fn chunk_size(line: &[u8]) -> Result<u64> {
     match chunk_line::chunk_size(line) {
         Some(size) => Ok(size),
-        None => Error::e_explain(ErrorType::H1Error, "an unreadable chunk size"),
+        None => Err(Error::MalformedBody("an unreadable chunk size")),
     }
 }
 
@@ -330,7 +324,7 @@ fn chunk_size(line: &[u8]) -> Result<u64> {
 mod tests {
     use super::*;
 
-    fn length_of(values: &[&str]) -> std::result::Result<Option<u64>, AmbiguousLength> {
+    fn length_of(values: &[&str]) -> Result<Option<u64>, AmbiguousLength> {
         let mut headers = HeaderMap::new();
         for value in values {
             headers.append(header::CONTENT_LENGTH, value.parse().unwrap());

@@ -8,15 +8,16 @@
 //! `Connection` through its generic field map, and made a new session, its digests and
 //! the reuse settings for every request on a connection: about 20k instructions a
 //! request, of which this keeps less than half (benches/README.md, tenth session). It
-//! keeps pingora's types at its edges (`RequestHeader`, `ResponseHeader`, `Error`) and
-//! its rules, made as strict as nginx's where they were laxer:
+//! keeps pingora's types at its edges (`RequestHeader`, `ResponseHeader`), reports the
+//! layer's own [`Error`], and keeps pingora's rules, made as strict as nginx's where they
+//! were laxer:
 //!
 //! - a head is at most `max_head_bytes` (`max_header_bytes`, default
-//!   [`DEFAULT_MAX_HEAD_BYTES`]) and [`MAX_FIELDS`] fields, else an `HTTPStatus(431)`
-//!   error, raised as soon as that many bytes came without the head's end (no more is
-//!   read); a `Transfer-Encoding` other than one `chunked` coding is `HTTPStatus(501)`;
-//!   a head that cannot be parsed, or whose framing is ambiguous, is an
-//!   `InvalidHTTPHeader` error (answered 400 by the proxy): differing `Content-Length`
+//!   [`DEFAULT_MAX_HEAD_BYTES`]) and [`MAX_FIELDS`] fields, else [`Error::HeadTooLarge`],
+//!   raised as soon as that many bytes came without the head's end (no more is read); a
+//!   `Transfer-Encoding` other than one `chunked` coding is
+//!   [`Error::UnsupportedTransferCoding`]; a head that cannot be parsed, or whose framing is
+//!   ambiguous, is [`Error::MalformedHead`] (answered 400 by the proxy): differing `Content-Length`
 //!   values, any `Transfer-Encoding` on HTTP/1.0, and what pingora's authority check
 //!   refuses (two `Host` fields, userinfo, a `Host` that differs from an absolute
 //!   target). With both `Transfer-Encoding` and `Content-Length`, the body is read
@@ -29,6 +30,7 @@
 //!   framing (`Content-Length`, chunked, or until the close), none for `HEAD`, 204, 304;
 //!   an HTTP/1.0 client never gets a chunked body (the close ends it instead).
 
+use super::error::{Error, Result};
 use super::framing::Writing;
 use super::head::{self, worth_parsing};
 use crate::http1::reader::{MessageReader, Reading};
@@ -37,7 +39,6 @@ use http::{header, Method, Version};
 use pingora_core::protocols::http::date::get_cached_date;
 use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_core::protocols::{Shutdown, SocketDigest, Stream};
-use pingora_core::{Error, ErrorType, OrErr, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::future::Future;
 use std::sync::Arc;
@@ -100,7 +101,7 @@ impl Session {
 
     /// Reads the next request's head: `Ok(false)` when the client closed the connection
     /// (or the transport's deadline passed) before the head began. A head longer than
-    /// `max_head_bytes` is an `HTTPStatus(431)` error as soon as that many bytes came
+    /// `max_head_bytes` is [`Error::HeadTooLarge`] as soon as that many bytes came
     /// without its end: the buffer never holds more of it.
     pub async fn read_request(&mut self) -> Result<bool> {
         self.responded = false;
@@ -121,10 +122,7 @@ impl Session {
                     return Ok(true);
                 }
                 if full {
-                    return Error::e_explain(
-                        ErrorType::HTTPStatus(431),
-                        "a request head over max_header_bytes",
-                    );
+                    return Err(Error::HeadTooLarge);
                 }
             }
             let began = before > 0;
@@ -132,12 +130,7 @@ impl Session {
             parse = worth_parsing(self.reader.buffered(), before);
             match read {
                 Ok(0) | Err(_) if !began => return Ok(false),
-                Ok(0) => {
-                    return Error::e_explain(
-                        ErrorType::ConnectionClosed,
-                        "the client closed inside a request head",
-                    )
-                }
+                Ok(0) => return Err(Error::Closed("a request head")),
                 Ok(_) => {}
                 Err(e) => return Err(e),
             }
@@ -194,7 +187,7 @@ impl Session {
         let read = self.reader.read_body();
         match bounded(self.read_timeout, read).await {
             Some(read) => read,
-            None => Error::e_explain(ErrorType::ReadTimedout, "reading the request body"),
+            None => Err(Error::ReadTimeout),
         }
     }
 
@@ -207,9 +200,9 @@ impl Session {
     /// While an answer is pending: resolves only when the client is gone (it closed its
     /// side, or reading it failed), with why. Bytes of a pipelined next request are kept
     /// for it, and the wait then lasts until the caller stops polling.
-    pub async fn client_gone(&mut self) -> Box<Error> {
+    pub async fn client_gone(&mut self) -> Error {
         if self.half_closed {
-            return Error::explain(ErrorType::ConnectionClosed, "the client closed its side");
+            return Error::Closed("an answer's wait");
         }
         if self.next_request_read {
             return std::future::pending().await;
@@ -218,7 +211,7 @@ impl Session {
             Ok(0) => {
                 self.half_closed = true;
                 self.keepalive = false;
-                Error::explain(ErrorType::ConnectionClosed, "the client closed its side")
+                Error::Closed("an answer's wait")
             }
             Ok(_) => {
                 self.next_request_read = true;
@@ -314,16 +307,13 @@ impl Session {
                 // Never cut to fit: a body longer than its head said is the writer's bug.
                 self.writing = Writing::Done;
                 self.keepalive = false;
-                return Error::e_explain(
-                    ErrorType::InternalError,
-                    "an answer body longer than its Content-Length",
-                );
+                return Err(Error::Overrun);
             }
         }
         let timeout = self.write_timeout;
         let writing = &mut self.writing;
         let stream = &mut self.reader.stream;
-        let premature = write_bounded(timeout, async {
+        let written = async {
             if !data.is_empty() {
                 writing.write(stream, &data).await?;
             }
@@ -331,16 +321,16 @@ impl Session {
                 return Ok(false);
             }
             let premature = writing.finish(stream).await?;
-            stream.flush().await?;
+            stream.flush().await.map_err(Error::Write)?;
             Ok(premature)
-        })
-        .await?;
+        };
+        let premature = match bounded(timeout, written).await {
+            Some(written) => written?,
+            None => return Err(Error::WriteTimeout),
+        };
         if premature {
             self.keepalive = false;
-            return Error::e_explain(
-                ErrorType::Custom("PrematureBodyEnd"),
-                "the answer ended before its Content-Length",
-            );
+            return Err(Error::PrematureEnd);
         }
         Ok(())
     }
@@ -360,9 +350,14 @@ impl Session {
         if self.responded {
             return Ok(());
         }
-        let mut header = ResponseHeader::build_no_case(status, Some(2))?;
-        header.insert_header(header::CONTENT_LENGTH, 0)?;
-        header.insert_header(header::CACHE_CONTROL, "private, no-store")?;
+        let unmade = |_| Error::InvalidAnswer("an error status out of range");
+        let mut header = ResponseHeader::build_no_case(status, Some(2)).map_err(unmade)?;
+        header
+            .insert_header(header::CONTENT_LENGTH, 0)
+            .map_err(unmade)?;
+        header
+            .insert_header(header::CACHE_CONTROL, "private, no-store")
+            .map_err(unmade)?;
         self.write_response_header(header).await?;
         self.write_response_body(Bytes::new(), true).await
     }
@@ -396,8 +391,8 @@ async fn write_bounded<T>(
     write: impl Future<Output = std::io::Result<T>>,
 ) -> Result<T> {
     match bounded(timeout, write).await {
-        Some(written) => written.or_err(ErrorType::WriteError, "writing to the client"),
-        None => Error::e_explain(ErrorType::WriteTimedout, "writing to the client"),
+        Some(written) => written.map_err(Error::Write),
+        None => Err(Error::WriteTimeout),
     }
 }
 

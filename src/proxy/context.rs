@@ -4,11 +4,11 @@
 
 use crate::catalog::{Catalog, Key};
 use crate::error::RequestError;
+use crate::http1::Error;
 use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
 use crate::respond::ErrorShape;
 use crate::telemetry::RequestTrace;
 use crate::upstream::{AfterCut, Called, Exchange};
-use pingora_core::Error;
 use prometheus::IntGauge;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -141,7 +141,20 @@ pub(super) enum Failure {
     /// The response had started and was ended; `then` says whether the connection survives.
     Ended { error: RequestError, then: AfterCut },
     /// The client is gone, or reading or writing it failed.
-    Abort(Box<Error>),
+    Abort(Error),
+}
+
+/// Why a request's connection is closed after it: its answer did not end well.
+#[derive(Debug)]
+pub(super) enum Broken {
+    /// The client is gone, or reading or writing its connection failed: nothing more is
+    /// said to it.
+    ClientGone(Error),
+    /// The upstream broke an answer that had started: it stays cut.
+    Cut,
+    /// Writing the gateway's own answer failed (before anything was sent, a 500 follows
+    /// when the failure is the gateway's own).
+    Answer(Error),
 }
 
 impl From<RequestError> for Failure {

@@ -6,6 +6,7 @@ use super::context::{Failure, RequestContext};
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
 use crate::http1::server::Session;
+use crate::http1::Error;
 use crate::limits::{rate_headers, token_headers};
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
@@ -14,7 +15,6 @@ use crate::spool::Spool;
 use crate::upstream::RequestBody;
 use bytes::{Bytes, BytesMut};
 use http::HeaderName;
-use pingora_core::{Error, ErrorType, Result};
 use pingora_http::ResponseHeader;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,18 +54,24 @@ pub(super) async fn answer(
     session: &mut Session,
     ctx: &mut RequestContext,
     response: LocalResponse,
-) -> Result<()> {
+) -> Result<(), Error> {
     let gateway = gateway_headers(ctx);
+    let unmade = |_| Error::InvalidAnswer("a local answer's status or field");
     let mut header = ResponseHeader::build_no_case(
         response.status,
         Some(response.headers.len() + gateway.len() + 1),
-    )?;
+    )
+    .map_err(unmade)?;
     for (name, value) in &response.headers {
-        header.insert_header(*name, value.as_str())?;
+        header
+            .insert_header(*name, value.as_str())
+            .map_err(unmade)?;
     }
-    header.insert_header("content-length", response.body.len().to_string())?;
+    header
+        .insert_header("content-length", response.body.len().to_string())
+        .map_err(unmade)?;
     for (name, value) in gateway {
-        header.insert_header(name, value)?;
+        header.insert_header(name, value).map_err(unmade)?;
     }
     let body_unread = !session.is_body_done();
     if body_unread {
@@ -92,17 +98,10 @@ pub(super) async fn answer(
 
 /// A failed body read: a body whose chunked framing is broken is the client's error and
 /// gets an answer; any other failure means the client is gone.
-fn body_failure(error: Box<Error>) -> Failure {
-    let malformed = matches!(
-        error.etype(),
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error
-    );
-    if malformed {
-        Failure::Answer(RequestError::InvalidRequest {
-            detail: "the chunked framing of its body is malformed",
-        })
-    } else {
-        Failure::Abort(error)
+fn body_failure(error: Error) -> Failure {
+    match RequestError::from_client(&error) {
+        Some(refused) => Failure::Answer(refused),
+        None => Failure::Abort(error),
     }
 }
 
@@ -202,10 +201,8 @@ async fn read_into(
     };
     match tokio::time::timeout(deadline, whole_body).await {
         Ok(read) => read,
-        Err(_) => Err(Failure::Abort(Error::explain(
-            ErrorType::ReadTimedout,
-            "request body not received within client_timeout",
-        ))),
+        // The request body not received within client_timeout.
+        Err(_) => Err(Failure::Abort(Error::ReadTimeout)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The end of a request: the rejection count of a gateway-made error, the request metrics,
 //! and the access-log record (the spec's error record for failures).
 
-use super::context::RequestContext;
+use super::context::{Broken, RequestContext};
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
@@ -11,7 +11,6 @@ use crate::listener::tls::TlsStream;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
-use pingora_core::Error;
 use pingora_http::ResponseHeader;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
@@ -41,7 +40,7 @@ pub(super) fn record_error(gateway: &Gateway, ctx: &mut RequestContext, error: R
 /// Usage that is not plausible (a count of 2^24 or more, or output beyond the request's own
 /// limit plus slack) is not believed: it counts as missing, the reservation stands, and it
 /// is counted in `sluice_usage_implausible_total` (not in `sluice_usage_missing_total`).
-pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut RequestContext) {
+pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Broken>, ctx: &mut RequestContext) {
     let metrics = &gateway.metrics;
     let implausible = ctx
         .exchange
@@ -99,11 +98,11 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Error>, ctx: &mut Requ
     super::spend::settle_budget(gateway, ctx, usage, used);
 }
 
-/// The request's metrics and its access-log line. `e`: the error pingora ended it with.
+/// The request's metrics and its access-log line. `e`: why its answer did not end well.
 pub(super) fn log_request(
     gateway: &Gateway,
     session: &Session,
-    e: Option<&Error>,
+    e: Option<&Broken>,
     ctx: &RequestContext,
 ) {
     let duration = ctx.started.elapsed();
@@ -209,7 +208,7 @@ pub(super) fn log_request(
 
 /// Our code for how the request failed, if it did (`client_disconnected` for a client
 /// that left).
-fn error_code(ctx: &RequestContext, e: Option<&Error>) -> Option<&'static str> {
+fn error_code(ctx: &RequestContext, e: Option<&Broken>) -> Option<&'static str> {
     let client_gone = e.is_some() && ctx.error.is_none();
     ctx.error
         .as_ref()
@@ -218,7 +217,7 @@ fn error_code(ctx: &RequestContext, e: Option<&Error>) -> Option<&'static str> {
 }
 
 /// Ends the request's server span (when tracing is configured) with its outcome.
-pub(super) fn finish_trace(e: Option<&Error>, ctx: &mut RequestContext) {
+pub(super) fn finish_trace(e: Option<&Broken>, ctx: &mut RequestContext) {
     let error = error_code(ctx, e);
     let Some(trace) = ctx.trace.as_mut() else {
         return;
@@ -243,13 +242,21 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
     let response = error_response(&error);
     session.disable_keepalive();
     let written = async {
+        let unmade = |_| crate::http1::Error::InvalidAnswer("a refused head's answer");
         let mut header =
-            ResponseHeader::build_no_case(response.status, Some(response.headers.len() + 2))?;
+            ResponseHeader::build_no_case(response.status, Some(response.headers.len() + 2))
+                .map_err(unmade)?;
         for (name, value) in &response.headers {
-            header.insert_header(*name, value.as_str())?;
+            header
+                .insert_header(*name, value.as_str())
+                .map_err(unmade)?;
         }
-        header.insert_header(http::header::CONTENT_LENGTH, response.body.len())?;
-        header.insert_header(crate::request_id::HEADER, request_id.as_str())?;
+        header
+            .insert_header(http::header::CONTENT_LENGTH, response.body.len())
+            .map_err(unmade)?;
+        header
+            .insert_header(crate::request_id::HEADER, request_id.as_str())
+            .map_err(unmade)?;
         session.write_response_header(header).await?;
         session
             .write_response_body(response.body.clone(), true)

@@ -3,11 +3,11 @@
 //! the `model` field renamed, or nothing.
 
 use crate::http1::client::WriteBody;
+use crate::http1::Error;
 use crate::request_body::{for_target, Edits, ModelRequest};
 use crate::spool::Spool;
 use bytes::Bytes;
 use pingora_core::protocols::Stream;
-use pingora_core::{Error, ErrorType, OrErr};
 use std::ops::Range;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -78,7 +78,7 @@ impl Body {
 
 impl WriteBody for Body {
     /// Writes it to the upstream.
-    async fn write_body(&self, stream: &mut Stream) -> pingora_core::Result<()> {
+    async fn write_body(&self, stream: &mut Stream) -> Result<(), Error> {
         match self {
             Body::Bytes(bytes) => write(stream, bytes).await,
             Body::Spooled { spool, splice } => {
@@ -94,27 +94,20 @@ impl WriteBody for Body {
     }
 }
 
-async fn write(stream: &mut Stream, bytes: &[u8]) -> pingora_core::Result<()> {
-    stream
-        .write_all(bytes)
-        .await
-        .or_err(ErrorType::WriteError, "writing the request body")
+async fn write(stream: &mut Stream, bytes: &[u8]) -> Result<(), Error> {
+    stream.write_all(bytes).await.map_err(Error::Write)
 }
 
 /// Writes `range` of the spool, a chunk at a time. The spool was just written, so its
 /// pages are in memory: a read is a copy, not a wait on a disk.
-async fn write_range(
-    stream: &mut Stream,
-    spool: &Spool,
-    range: Range<u64>,
-) -> pingora_core::Result<()> {
+async fn write_range(stream: &mut Stream, spool: &Spool, range: Range<u64>) -> Result<(), Error> {
     let mut chunk = vec![0u8; SPOOL_CHUNK_BYTES.min((range.end - range.start) as usize)];
     let mut at = range.start;
     while at < range.end {
         let want = chunk.len().min((range.end - at) as usize);
         let read = spool
             .read_at(at, &mut chunk[..want])
-            .map_err(|e| Error::because(ErrorType::WriteError, "reading the upload's spool", e))?;
+            .map_err(Error::BodySource)?;
         if read == 0 {
             break;
         }

@@ -22,7 +22,6 @@ use crate::request_body::Edits;
 use crate::respond::ErrorShape;
 use crate::response_id::{IdIssuer, IdRewrite};
 use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
-use pingora_core::Error;
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -99,7 +98,7 @@ pub enum Delivery {
     /// The response had started and was ended as well as it could be.
     Cut { error: RequestError, then: AfterCut },
     /// The client went away; the upstream request was abandoned.
-    ClientGone(Box<Error>),
+    ClientGone(crate::http1::Error),
 }
 
 /// The upstream called last, for the access log.
@@ -224,7 +223,7 @@ async fn attempts(
         let header = match header {
             Ok(header) => header,
             Err(e) => {
-                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:? = e.etype(); "cannot build the upstream request");
+                log::error!(target: "sluice::upstream", request_id = dispatch.request_id, error:% = e; "cannot build the upstream request");
                 return Delivery::Refused(RequestError::Internal);
             }
         };

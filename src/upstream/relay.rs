@@ -12,12 +12,12 @@ use crate::error::RequestError;
 use crate::http1::client::Http1;
 use crate::http1::server::Session;
 use crate::http1::sse::{EventReader, EventTail, TooLong};
+use crate::http1::Error;
 use crate::respond::stream_error_event_in;
 use crate::response_id::IdRewrite;
 use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
-use pingora_core::{Error, ErrorType};
 use std::time::Instant;
 
 /// Largest JSON answer read whole to rewrite its IDs.
@@ -196,7 +196,7 @@ pub(super) async fn read_held(
             Next::End if more.is_empty() => return Ok(Held::Whole(first)),
             Next::End => return Ok(Held::Whole(Bytes::from(more))),
             Next::Failed(e) => {
-                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream cut its answer before it was sent");
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:% = e; "upstream cut its answer before it was sent");
                 return Err(failed(RequestError::UpstreamProtocolError));
             }
             Next::Stalled => return Err(failed(RequestError::UpstreamTimeout)),
@@ -224,7 +224,7 @@ pub(super) async fn read_held(
 enum Next {
     Chunk(Bytes),
     End,
-    Failed(Box<Error>),
+    Failed(Error),
     /// Nothing within `idle_timeout`, or past the total deadline.
     Stalled,
 }
@@ -316,7 +316,7 @@ pub(super) async fn relay_body(
             }
             Next::End => return Ok(()),
             Next::Failed(e) => {
-                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream failed during the response body");
+                log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:% = e; "upstream failed during the response body");
                 let error = RequestError::UpstreamClosed;
                 return Err(end_cut_stream(session, call, measured, error, tail).await);
             }
@@ -336,16 +336,17 @@ pub(super) async fn relay_body(
         tail.remember(&chunk);
         measured.bytes_out += chunk.len();
         if let Err(e) = session.write_response_body(chunk, false).await {
-            if matches!(e.etype(), ErrorType::InternalError) {
-                // The answer's writer refused the bytes (more than its head declared): ours.
-                log::error!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "answer body refused by its writer");
-                measured.cut = true;
-                return Err(Outcome::Cut {
-                    error: RequestError::Internal,
-                    then: AfterCut::Close,
-                });
-            }
-            return Err(Outcome::ClientGone(e));
+            // The answer's writer refused the bytes (more than its head declared): ours.
+            // Otherwise the client is gone.
+            let Some(error) = RequestError::from_client(&e) else {
+                return Err(Outcome::ClientGone(e));
+            };
+            log::error!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:% = e; "answer body refused by its writer");
+            measured.cut = true;
+            return Err(Outcome::Cut {
+                error,
+                then: AfterCut::Close,
+            });
         }
     }
 }

@@ -9,8 +9,20 @@ use crate::catalog::Upstream;
 use crate::http1::connection_tokens::ConnectionTokens;
 use crate::percent::query_decode;
 use http::{header, HeaderName, Method};
-use pingora_core::{Error, ErrorType, Result};
 use pingora_http::RequestHeader;
+
+/// A request head the gateway cannot send (what could not be): a byte in the target or in
+/// a field value the gateway made that would break the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsendable(pub &'static str);
+
+impl std::fmt::Display for Unsendable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+type Result<T> = std::result::Result<T, Unsendable>;
 
 /// Fields never forwarded upstream: those that describe one connection (RFC 9110 §7.6.1),
 /// the ones the gateway sets itself, and the client's credentials in any of the headers
@@ -107,10 +119,7 @@ impl RequestHead {
         // The target is the configured base path, the route and the client's parsed
         // query: a byte that would break the request line is refused all the same.
         if !target.starts_with('/') || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Error::e_explain(
-                ErrorType::InvalidHTTPHeader,
-                "a request target that cannot be sent",
-            );
+            return Err(Unsendable("a request target that cannot be sent"));
         }
         let mut wire = Vec::with_capacity(target.len() + 24 + 48 * fields);
         wire.extend_from_slice(method.as_str().as_bytes());
@@ -131,10 +140,7 @@ impl RequestHead {
     /// A field whose value the gateway made: refused when a byte could not be sent.
     fn checked_field(&mut self, name: &str, parts: &[&[u8]]) -> Result<()> {
         if !parts.iter().all(|part| is_field_value(part)) {
-            return Error::e_explain(
-                ErrorType::InvalidHTTPHeader,
-                "a header value that cannot be sent",
-            );
+            return Err(Unsendable("a header value that cannot be sent"));
         }
         self.field_parts(name, parts);
         Ok(())
@@ -332,12 +338,7 @@ fn authorize(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
     } else {
         head.checked_field(name, &[style.auth_scheme.as_bytes(), b" ", credential])
     };
-    written.map_err(|_| {
-        pingora_core::Error::explain(
-            pingora_core::ErrorType::InternalError,
-            "the upstream credential is not a valid header value",
-        )
-    })
+    written.map_err(|_| Unsendable("the upstream credential is not a valid header value"))
 }
 
 #[cfg(test)]

@@ -5,13 +5,15 @@
 
 use super::call::{Call, Outgoing};
 use super::pool::Pool;
-use super::verdict::{failure_of, read_failure, send_failed, Connection, EarlyFailure, Reached};
+use super::verdict::{
+    connect_failure, read_failure, send_failed, Connection, EarlyFailure, Reached,
+};
 use crate::error::RequestError;
 use crate::http1::client::{Head, Http1};
 use crate::http1::server::Session;
+use crate::http1::Error;
 use crate::listener::BufferedStream;
 use pingora_core::protocols::Stream;
-use pingora_core::Error;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Instant;
@@ -41,7 +43,7 @@ pub(super) struct Answer {
 /// An attempt that did not produce a response header.
 pub(super) enum NoAnswer {
     Early(Early),
-    ClientGone(Box<Error>),
+    ClientGone(Error),
 }
 
 /// Connects (from the pool, or fresh), sends the request and reads the response header.
@@ -74,7 +76,7 @@ pub(super) async fn send(
     let (stream, reused) = connected.map_err(|e| {
         log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), error:? = e.etype(); "upstream connect failed");
         // Nothing was sent on a connection that never opened.
-        NoAnswer::Early(Early { failure: EarlyFailure::Failed(failure_of(&e)), reached: Reached::No })
+        NoAnswer::Early(Early { failure: EarlyFailure::Failed(connect_failure(&e)), reached: Reached::No })
     })?;
     let connection = if reused {
         Connection::Pooled

@@ -14,7 +14,8 @@
 use super::health::HealthEffect;
 use crate::config::RetryOn;
 use crate::error::RequestError;
-use pingora_core::{Error, ErrorType};
+use crate::http1::Error;
+use pingora_core::ErrorType;
 use std::time::Duration;
 
 /// Whether the upstream may have received the request.
@@ -77,7 +78,7 @@ pub enum Outcome {
     /// The response had started and was ended as well as it could be.
     Cut { error: RequestError, then: AfterCut },
     /// The client went away; the upstream request was abandoned.
-    ClientGone(Box<Error>),
+    ClientGone(Error),
 }
 
 /// After an attempt: return its outcome, send the request again, or give up on this model.
@@ -225,23 +226,23 @@ pub enum EarlyFailure {
 pub fn send_failed(connection: Connection, error: &Error) -> EarlyFailure {
     match connection {
         Connection::Pooled => EarlyFailure::DeadPooled,
-        Connection::Fresh => EarlyFailure::Failed(failure_of(error)),
+        Connection::Fresh => EarlyFailure::Failed(RequestError::from_upstream(error)),
     }
 }
 
 /// The client-facing error for a failed read of the answer, once the request went out: the
 /// upstream was reached, so a closed connection is not "could not be reached".
 pub fn read_failure(error: &Error) -> RequestError {
-    match failure_of(error) {
+    match RequestError::from_upstream(error) {
         RequestError::UpstreamUnavailable => RequestError::UpstreamClosed,
         other => other,
     }
 }
 
-/// The client-facing error for an upstream I/O failure.
-pub fn failure_of(error: &Error) -> RequestError {
+/// The client-facing error for a connection that could not be opened (pingora's connector:
+/// TCP, TLS): a timeout, or the upstream unavailable.
+pub fn connect_failure(error: &pingora_core::Error) -> RequestError {
     match error.etype() {
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error => RequestError::UpstreamProtocolError,
         ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
             RequestError::UpstreamTimeout
         }

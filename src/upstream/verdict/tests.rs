@@ -231,7 +231,7 @@ fn a_refused_credential_a_departed_client_and_a_cut_stream_stay_where_they_are()
         ),
         (HealthEffect::Unchanged, Next::Return)
     );
-    let gone = Outcome::ClientGone(Error::new(ErrorType::ConnectionClosed));
+    let gone = Outcome::ClientGone(Error::Closed("an answer's wait"));
     assert_eq!(
         verdict(&gone, &all, everywhere),
         (HealthEffect::Unchanged, Next::Return)
@@ -249,13 +249,13 @@ fn a_refused_credential_a_departed_client_and_a_cut_stream_stay_where_they_are()
 
 #[test]
 fn a_failed_send_on_a_pooled_connection_goes_again_fresh() {
-    let reset = Error::new(ErrorType::WriteError);
+    let reset = Error::Write(std::io::ErrorKind::ConnectionReset.into());
     assert_eq!(
         send_failed(Connection::Pooled, &reset),
         EarlyFailure::DeadPooled
     );
     assert_eq!(
-        send_failed(Connection::Fresh, &Error::new(ErrorType::WriteTimedout)),
+        send_failed(Connection::Fresh, &Error::WriteTimeout),
         EarlyFailure::Failed(RequestError::UpstreamTimeout)
     );
 }
