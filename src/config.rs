@@ -139,8 +139,9 @@ pub struct Config {
     pub tls: Option<crate::listener::tls::TlsSettings>,
     /// `admin_tls:`: TLS on the admin listener; `None`: cleartext.
     pub admin_tls: Option<crate::listener::tls::TlsSettings>,
-    /// `http2`: HTTP/2 offered by ALPN on the TLS client listener (default: when `tls` is
-    /// set). Offered only once the gateway serves HTTP/2 (`listener::tls::SERVES_HTTP2`).
+    /// `http2`: HTTP/2 offered by ALPN on the TLS client listener (default true; nothing
+    /// without `tls`). Offered only once the gateway serves HTTP/2
+    /// (`listener::tls::SERVES_HTTP2`).
     pub http2: bool,
     /// `h2c`: HTTP/2 by prior knowledge on the cleartext client listener.
     pub h2c: bool,

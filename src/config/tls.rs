@@ -26,8 +26,8 @@ pub(super) struct Edge {
 }
 
 pub(super) fn edge(errors: &mut Errors, raw: &RawConfig) -> Edge {
-    // HTTP/2 by ALPN comes with TLS unless turned off.
-    let http2 = raw.http2.unwrap_or(raw.tls.is_some());
+    // On by default: it only acts on a TLS listener (ALPN).
+    let http2 = raw.http2.unwrap_or(true);
     let max_streams_per_connection = match raw.max_streams_per_connection.map(NonZeroU32::new) {
         None => DEFAULT_MAX_STREAMS_PER_CONNECTION,
         Some(Some(streams)) => streams,
