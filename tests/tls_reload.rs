@@ -135,6 +135,9 @@ async fn the_binary_reloads_its_certificates_on_sighup() {
     let tls = "watch_interval: 24h\nthreads: 2\ntls:\n  certificates:\n    - {cert_file: certs/server.pem, key_file: certs/server.key}\n";
     std::fs::write(&config, config_with(&mock.url(), tls)).unwrap();
     let process = GatewayProcess::start(&config, &[("TEST_UPSTREAM_KEY", UPSTREAM_SECRET)]);
+    let listening = process.log_record("listening").await;
+    assert_eq!(listening["tls"], true, "{listening}");
+    assert_eq!(listening["admin_tls"], false, "{listening}");
     let client = ClientSetup::new(&ca, "localhost");
     let first = client.connect(process.addr).await.unwrap();
     assert_eq!(served_certificate(&first), served[0]);
