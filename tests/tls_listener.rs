@@ -429,3 +429,46 @@ async fn a_connection_in_its_handshake_counts_in_max_connections() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn alpn_agrees_on_http_1_1_and_a_client_that_offers_only_h2_gets_no_handshake() {
+    let dir = temp_dir("tls-listener-alpn");
+    let ca = TestCa::new("test CA");
+    let (cert, key) = ca.server(&["localhost"], None).write(&dir, "server");
+    let mock = MockUpstream::start().await;
+    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "http2: true").await;
+    let both = ClientSetup {
+        alpn: &[b"h2", b"http/1.1"],
+        ..ClientSetup::new(&ca, "localhost")
+    };
+    let stream = both.connect(gw.addr()).await.unwrap();
+    assert_eq!(
+        stream.get_ref().1.alpn_protocol(),
+        Some(&b"http/1.1"[..]),
+        "HTTP/2 is not served yet: http/1.1 is chosen"
+    );
+    let mut conn = Conn::over(stream);
+    conn.write(&chat_request()).await;
+    assert_eq!(conn.read_response().await.unwrap().status, 200);
+    let only_h2 = ClientSetup {
+        alpn: &[b"h2"],
+        ..ClientSetup::new(&ca, "localhost")
+    };
+    assert!(
+        only_h2.connect(gw.addr()).await.is_err(),
+        "no protocol in common"
+    );
+    gw.until("counted as incompatible", |_| {
+        failures(&gw, "incompatible") == 1.0
+    })
+    .await;
+    // No ALPN at all is HTTP/1.1.
+    let none = ClientSetup {
+        alpn: &[],
+        ..ClientSetup::new(&ca, "localhost")
+    };
+    let mut conn = none.open(gw.addr()).await;
+    conn.write(&chat_request()).await;
+    assert_eq!(conn.read_response().await.unwrap().status, 200);
+    let _ = std::fs::remove_dir_all(dir);
+}

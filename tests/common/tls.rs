@@ -112,6 +112,8 @@ pub struct ClientSetup<'a> {
     pub versions: &'a [&'static rustls::SupportedProtocolVersion],
     /// A client certificate to present.
     pub identity: Option<&'a Leaf>,
+    /// The ALPN protocols offered.
+    pub alpn: &'a [&'a [u8]],
 }
 
 impl<'a> ClientSetup<'a> {
@@ -121,6 +123,7 @@ impl<'a> ClientSetup<'a> {
             server_name,
             versions: &[],
             identity: None,
+            alpn: &[b"http/1.1"],
         }
     }
 
@@ -148,7 +151,7 @@ impl<'a> ClientSetup<'a> {
             }
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = self.alpn.iter().map(|p| p.to_vec()).collect();
         Arc::new(config)
     }
 
