@@ -93,8 +93,8 @@ impl Reloader {
             let running = self.lock_running();
             (running.keys_file.clone(), watched(&running))
         };
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
-            fingerprint(&self.path, &watched_files);
+        let before = fingerprint(&self.path, &watched_files);
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = before;
         let generation = self.gateway.catalog().generation + 1;
         let config_text = read_file(&self.path).unwrap_or_default();
         let keys_seen = keys_fingerprint(keys_file.as_deref());
@@ -121,9 +121,14 @@ impl Reloader {
                     config_text,
                     keys: keys_fingerprint(config.keys_file.as_deref()),
                 };
-                // The new configuration may name other files: watch those now.
-                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
-                    fingerprint(&self.path, &watched(&config));
+                // The new configuration may name other files: watch those now. Files that
+                // changed while they were read (a certificate swapped between its and its
+                // key's read) keep the fingerprint of before: the next check loads again.
+                let settled = fingerprint(&self.path, &watched_files) == before;
+                if settled {
+                    *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
+                        fingerprint(&self.path, &watched(&config));
+                }
                 *running = config;
                 true
             }

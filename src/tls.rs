@@ -29,11 +29,12 @@ impl ListenerTls {
                 ))
             })
         };
-        describe(catalog, metrics);
-        ListenerTls {
+        let tls = ListenerTls {
             client: terminator(&catalog.tls),
             admin: terminator(&catalog.admin_tls),
-        }
+        };
+        tls.describe(metrics);
+        tls
     }
 
     /// New handshakes use `catalog`'s certificates from now on; open connections keep
@@ -47,16 +48,23 @@ impl ListenerTls {
                 terminator.replace(settings);
             }
         }
-        describe(catalog, metrics);
+        self.describe(metrics);
     }
-}
 
-/// The expiry gauge, for the certificates of the listeners that serve TLS.
-fn describe(catalog: &Catalog, metrics: &TlsMetrics) {
-    let served = catalog.tls.iter().chain(&catalog.admin_tls);
-    metrics.describe_certificates(
-        served
-            .flat_map(|settings| &settings.certificates)
-            .map(|c| (c.name.as_str(), c.not_after)),
-    );
+    /// The expiry gauge, for the certificates the listeners serve now (a listener whose
+    /// `tls:` a reload removed keeps serving its own until the restart).
+    fn describe(&self, metrics: &TlsMetrics) {
+        let served: Vec<_> = self
+            .client
+            .iter()
+            .chain(&self.admin)
+            .map(|terminator| terminator.settings())
+            .collect();
+        metrics.describe_certificates(
+            served
+                .iter()
+                .flat_map(|settings| &settings.certificates)
+                .map(|c| (c.name.as_str(), c.not_after)),
+        );
+    }
 }

@@ -30,16 +30,6 @@ fn swap_certs(dir: &Path, target: &str) {
     std::fs::rename(&link, dir.join("certs")).unwrap();
 }
 
-/// Waits (woken by each log record) until `holds`; at most 10 s.
-async fn until(what: &str, holds: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(
-        Duration::from_secs(10),
-        until_logged(|| std::future::ready(holds())),
-    )
-    .await;
-    assert!(waited.is_ok(), "{what}: not within 10 s");
-}
-
 #[tokio::test]
 async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_going() {
     let dir = temp_dir("tls-reload");
@@ -75,7 +65,8 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
     assert_eq!(gw.metric(expiry), 1_893_456_000.0, "v1 expires 2030-01-01");
 
     swap_certs(&dir, "v2");
-    until("the new files are loaded", || gw.metric(successes) == 1.0).await;
+    gw.until("the new files are loaded", |_| gw.metric(successes) == 1.0)
+        .await;
     let second = client.connect(gw.addr()).await.unwrap();
     assert_ne!(
         served_certificate(&second),
@@ -92,7 +83,8 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
     let v2_served = served_certificate(&second);
 
     swap_certs(&dir, "v3");
-    until("the bad files are refused", || gw.metric(failures) == 1.0).await;
+    gw.until("the bad files are refused", |_| gw.metric(failures) == 1.0)
+        .await;
     let third = client.connect(gw.addr()).await.unwrap();
     assert_eq!(
         served_certificate(&third),
@@ -163,6 +155,39 @@ async fn the_binary_reloads_its_certificates_on_sighup() {
     );
     let (code, _, _) = process.stop();
     assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_reload_that_removes_tls_leaves_the_listener_as_it_started() {
+    let dir = temp_dir("tls-removed");
+    let ca = TestCa::new("test CA");
+    ca.server(&["localhost"], Some((2030, 1, 1)))
+        .write(&dir, "server");
+    let mock = MockUpstream::start().await;
+    let config = dir.join("gateway.yaml");
+    let plain = config_with(&mock.url(), "watch_interval: 20ms\n")
+        .replace("    api_key_env: TEST_UPSTREAM_KEY\n", "");
+    let tls = "tls:\n  certificates:\n    - {cert_file: server.pem, key_file: server.key}\n";
+    std::fs::write(&config, format!("{plain}{tls}")).unwrap();
+    let gw = TestGateway::start_file(&config).await;
+    std::fs::write(&config, &plain).unwrap();
+    gw.until("the configuration without tls loads", |_| {
+        gw.metric("sluice_config_reloads_total{result=\"success\"}") == 1.0
+    })
+    .await;
+    let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
+    conn.write(&chat_request()).await;
+    assert_eq!(
+        conn.read_response().await.unwrap().status,
+        200,
+        "still TLS until a restart"
+    );
+    assert_eq!(
+        gw.metric("sluice_tls_certificate_expiry_timestamp_seconds{name=\"localhost\"}"),
+        1_893_456_000.0,
+        "the gauge describes the certificate still served"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -108,7 +108,8 @@ pub const FAILURE_REASONS: [&str; 8] = [
 
 /// Terminates TLS for one listener.
 pub struct Terminator {
-    config: ArcSwap<ServerConfig>,
+    /// What new handshakes use.
+    settings: ArcSwap<TlsSettings>,
     /// `sluice_tls_handshake_failures_total{reason}`.
     failures: prometheus::IntCounterVec,
 }
@@ -119,20 +120,26 @@ impl Terminator {
             failures.with_label_values(&[reason]);
         }
         Terminator {
-            config: ArcSwap::new(Arc::clone(&settings.server_config)),
+            settings: ArcSwap::from_pointee(settings.clone()),
             failures,
         }
     }
 
     /// Serves `settings` from the next handshake on; open connections keep theirs.
     pub fn replace(&self, settings: &TlsSettings) {
-        self.config.store(Arc::clone(&settings.server_config));
+        self.settings.store(Arc::new(settings.clone()));
+    }
+
+    /// What new handshakes use now.
+    pub fn settings(&self) -> Arc<TlsSettings> {
+        self.settings.load_full()
     }
 
     /// The handshake on an accepted connection, which must end by `deadline`; `None` (the
     /// failure counted, the connection to be closed) when it does not succeed.
     pub async fn accept(&self, stream: Stream, deadline: Option<Instant>) -> Option<TlsStream> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.config.load_full());
+        let config = Arc::clone(&self.settings.load().server_config);
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
         let handshake = acceptor.accept(stream);
         let result = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, handshake).await,
