@@ -6,7 +6,6 @@
 mod common;
 use common::*;
 use std::path::Path;
-use std::time::Duration;
 
 fn chat_request() -> Vec<u8> {
     let auth = format!("Bearer {ALPHA}");
