@@ -89,13 +89,14 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Broken>, ctx: &mut Req
         None if may_have_used || implausible => None,
         None => Some(0),
     };
-    if let Some(grant) = ctx.grant.take() {
-        grant.settle(used);
-    }
     if let (Some(reservation), Some(used)) = (ctx.reservation.take(), used) {
         gateway.limiter.reconcile(reservation, used);
     }
-    super::spend::settle_budget(gateway, ctx, usage, used);
+    let cost = super::spend::settle_budget(gateway, ctx, usage, used);
+    if let Some(grant) = ctx.grant.take() {
+        // Tokens, money and lease, in the key's next store call.
+        grant.settle(used, cost);
+    }
 }
 
 /// The request's metrics and its access-log line. `e`: why its answer did not end well.
