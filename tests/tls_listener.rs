@@ -1,41 +1,16 @@
 //! TLS on the client and admin listeners (`tls:`, `admin_tls:`), with a CA made at run time:
-//! requests through the real proxy path, SNI, `min_version`, certificates reloaded without
-//! dropping connections (and a bad one refused), mTLS with the subject in the access log,
-//! the handshake bounded by `client_header_timeout` and kept off the accept loop, the
-//! expiry gauge, and real clients (curl, openssl s_client, the openai Python SDK).
+//! requests through the real proxy path, SNI (also with openssl s_client), `min_version`,
+//! ALPN, mTLS with the subject in the access log, the handshake bounded by
+//! `client_header_timeout`, kept off the accept loop and counted in `max_connections`, and
+//! the expiry gauge. Reloads are in `tls_reload.rs`, curl and the openai SDK in
+//! `tls_clients.rs`.
 
 mod common;
 use common::*;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio_rustls::rustls;
-
-/// A gateway whose client listener serves `certificates` (files written in `dir`), with
-/// `more` under `tls:` and `extra` at the top of the configuration.
-async fn tls_gateway(
-    mock: &MockUpstream,
-    certificates: &[(&Path, &Path)],
-    more: &str,
-    extra: &str,
-) -> TestGateway {
-    let section = tls_section("tls", certificates, more);
-    TestGateway::start(&config_with(&mock.url(), &format!("{extra}\n{section}"))).await
-}
-
-fn chat_request() -> Vec<u8> {
-    let auth = format!("Bearer {ALPHA}");
-    request_bytes(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("authorization", auth.as_str()),
-            ("content-type", "application/json"),
-        ],
-        chat_body("chat-model").as_bytes(),
-    )
-}
 
 fn failures(gw: &TestGateway, reason: &str) -> f64 {
     gw.metric(&format!(
@@ -52,7 +27,7 @@ async fn a_chat_completion_over_tls_goes_through_the_proxy_to_the_upstream() {
     let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
 
     let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     let response = conn.read_response().await.expect("an answer over TLS");
     assert_eq!(response.status, 200, "{}", response.text());
     assert_eq!(
@@ -70,7 +45,7 @@ async fn a_chat_completion_over_tls_goes_through_the_proxy_to_the_upstream() {
 
     // A cleartext request on the TLS port is not served.
     let mut plain = Conn::open(gw.addr()).await;
-    plain.write(&chat_request()).await;
+    plain.write(&chat_request_bytes()).await;
     assert!(
         plain.read_response().await.is_none(),
         "no HTTP over cleartext"
@@ -181,13 +156,13 @@ async fn min_version_1_3_refuses_a_client_that_speaks_only_tls_1_2() {
         ..ClientSetup::new(&ca, "localhost")
     };
     let mut conn = modern.open(gw.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
 
     // The default, 1.2, takes a TLS 1.2 client, and the access log says so.
     let gw12 = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
     let mut conn = old.open(gw12.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     assert_eq!(gw12.log_lines(1).await[0]["tls_version"], "TLSv1.2");
     let _ = std::fs::remove_dir_all(dir);
@@ -204,7 +179,7 @@ async fn a_client_that_never_sends_a_client_hello_is_closed_at_the_header_timeou
     // While it says nothing, others are accepted and served: the handshake waits on the
     // connection's own task, not in the accept loop.
     let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     // The default header timeout is 10 s: closing within 5 s is the configured 300 ms.
     let mut byte = [0u8; 1];
@@ -253,7 +228,7 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
     let anonymous = ClientSetup::new(&ca, "localhost").connect(gw.addr()).await;
     if let Ok(stream) = anonymous {
         let mut conn = Conn::over(stream);
-        conn.write(&chat_request()).await;
+        conn.write(&chat_request_bytes()).await;
         assert!(
             conn.read_response().await.is_none(),
             "no answer without a certificate"
@@ -272,7 +247,7 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
     };
     if let Ok(stream) = refused.connect(gw.addr()).await {
         let mut conn = Conn::over(stream);
-        let _ = conn.try_write(&chat_request()).await;
+        let _ = conn.try_write(&chat_request_bytes()).await;
         assert!(
             conn.read_response().await.is_none(),
             "no answer for another CA's client"
@@ -291,7 +266,7 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
         ..ClientSetup::new(&ca, "localhost")
     };
     let mut conn = accepted.open(gw.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     let line = &gw.log_lines(1).await[0];
     assert_eq!(line["tls_client_subject"], "CN=team-a,O=acme", "{line}");
@@ -320,87 +295,6 @@ async fn the_admin_listener_serves_metrics_over_tls() {
 }
 
 #[tokio::test]
-async fn curl_speaks_https_to_the_gateway_with_the_test_ca() {
-    let dir = temp_dir("tls-listener-curl");
-    let ca = TestCa::new("test CA");
-    let (cert, key) = ca.server(&["localhost"], None).write(&dir, "server");
-    let ca_file = ca.write(&dir, "ca");
-    let mock = MockUpstream::start().await;
-    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
-    let url = format!("https://localhost:{}/v1/models", gw.addr().port());
-    let resolve = format!("localhost:{}:127.0.0.1", gw.addr().port());
-    let auth = format!("authorization: Bearer {ALPHA}");
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("curl")
-            .args([
-                "-sS",
-                "--fail",
-                "--http1.1",
-                "--resolve",
-                &resolve,
-                "--cacert",
-            ])
-            .arg(&ca_file)
-            .args(["-H", &auth, &url])
-            .output()
-            .expect("curl runs")
-    })
-    .await
-    .unwrap();
-    let body = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "curl verifies the certificate and gets 200: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let models: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(models["object"], "list");
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[tokio::test]
-async fn the_openai_python_sdk_talks_to_the_gateway_over_https() {
-    let dir = temp_dir("tls-listener-sdk");
-    let ca = TestCa::new("test CA");
-    let (cert, key) = ca.server(&["localhost"], None).write(&dir, "server");
-    let ca_file = ca.write(&dir, "ca");
-    let mock = MockUpstream::start().await;
-    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
-    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = r#"
-import os, ssl, openai
-client = openai.OpenAI(
-    base_url=os.environ["SLUICE_BASE_URL"],
-    api_key=os.environ["SLUICE_KEY"],
-    http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=os.environ["SLUICE_CA"])),
-    max_retries=0,
-)
-answer = client.chat.completions.create(model="chat-model", messages=[{"role": "user", "content": "hi"}])
-print(answer.choices[0].message.content)
-"#;
-    let base_url = format!("https://localhost:{}/v1", gw.addr().port());
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .args(["-c", script])
-            .env("SLUICE_BASE_URL", base_url)
-            .env("SLUICE_KEY", ALPHA)
-            .env("SLUICE_CA", ca_file)
-            .output()
-            .expect("run the Python client")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the SDK verifies the gateway with the test CA (run `bash tests/run` for the SDK): {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(stdout.trim(), "hello from mock");
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[tokio::test]
 async fn a_connection_in_its_handshake_counts_in_max_connections() {
     let dir = temp_dir("tls-listener-bound");
     let ca = TestCa::new("test CA");
@@ -412,7 +306,7 @@ async fn a_connection_in_its_handshake_counts_in_max_connections() {
     let client = ClientSetup::new(&ca, "localhost");
     let next = async {
         let mut conn = client.open(gw.addr()).await;
-        conn.write(&chat_request()).await;
+        conn.write(&chat_request_bytes()).await;
         conn.read_response().await.map(|r| r.status)
     };
     let mut waiting = gw.running.connections_waiting();
@@ -448,7 +342,7 @@ async fn alpn_agrees_on_http_1_1_and_a_client_that_offers_only_h2_gets_no_handsh
         "HTTP/2 is not served yet: http/1.1 is chosen"
     );
     let mut conn = Conn::over(stream);
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     let only_h2 = ClientSetup {
         alpn: &[b"h2"],
@@ -468,7 +362,7 @@ async fn alpn_agrees_on_http_1_1_and_a_client_that_offers_only_h2_gets_no_handsh
         ..ClientSetup::new(&ca, "localhost")
     };
     let mut conn = none.open(gw.addr()).await;
-    conn.write(&chat_request()).await;
+    conn.write(&chat_request_bytes()).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,7 +1,9 @@
 //! TLS for tests: a certificate authority made at run time (rcgen), the server and client
 //! certificates it signs, and a rustls client that connects to a gateway's TLS listener.
 
-use super::client::Conn;
+use super::client::{chat_body, request_bytes, Conn};
+use super::gateway::{config_with, TestGateway, ALPHA};
+use super::mock::MockUpstream;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -215,4 +217,30 @@ pub fn tls_section(section: &str, certificates: &[(&Path, &Path)], more: &str) -
     }
     yaml.push_str(more);
     yaml
+}
+
+/// A gateway whose client listener serves `certificates` (files written in `dir`), with
+/// `more` under `tls:` and `extra` at the top of the configuration.
+pub async fn tls_gateway(
+    mock: &MockUpstream,
+    certificates: &[(&Path, &Path)],
+    more: &str,
+    extra: &str,
+) -> TestGateway {
+    let section = tls_section("tls", certificates, more);
+    TestGateway::start(&config_with(&mock.url(), &format!("{extra}\n{section}"))).await
+}
+
+/// A chat completion request of the standard test key, as bytes on the wire.
+pub fn chat_request_bytes() -> Vec<u8> {
+    let auth = format!("Bearer {ALPHA}");
+    request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ],
+        chat_body("chat-model").as_bytes(),
+    )
 }
