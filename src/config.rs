@@ -24,6 +24,7 @@ mod retry_on;
 mod server;
 mod store;
 mod syntax;
+mod tls;
 mod tracing;
 mod upstream;
 mod values;
@@ -107,7 +108,8 @@ pub struct Config {
     /// Largest request head (request line and fields), an HTTP/2 header list too; past
     /// it 431.
     pub max_header_bytes: usize,
-    /// HTTP/2 offered by ALPN on a TLS listener.
+    /// HTTP/2 offered by ALPN on the TLS client listener (default true; nothing without
+    /// `tls`).
     pub http2: bool,
     /// HTTP/2 by prior knowledge on a cleartext listener.
     pub h2c: bool,
@@ -141,6 +143,10 @@ pub struct Config {
     pub admin_tokens: Vec<AdminToken>,
     /// `owners:`: budgets shared by every key of an owner.
     pub owners: Vec<OwnerConfig>,
+    /// `tls:`: TLS on the client listener, its files read; `None`: cleartext.
+    pub tls: Option<crate::listener::tls::TlsSettings>,
+    /// `admin_tls:`: TLS on the admin listener; `None`: cleartext.
+    pub admin_tls: Option<crate::listener::tls::TlsSettings>,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.

@@ -10,6 +10,7 @@
 //! | `workers.rs` | event loops, one per core, each with a `SO_REUSEPORT` listener |
 //! | `connection.rs` | [`ClientPolicy`] and [`ClientConnection`]: head and idle deadlines, head size |
 //! | `transport.rs` | [`BufferedStream`]: the write buffer, deadlines applied to reads |
+//! | `tls.rs` | TLS: certificates, SNI, the handshake, [`tls::TlsStream`] |
 //! | `app.rs` | [`App`], what a listener serves |
 //! | `session.rs` | [`Session`]: an HTTP/1 session or an HTTP/2 stream, behind one set of methods |
 
@@ -17,6 +18,7 @@ mod accept;
 mod app;
 pub mod connection;
 mod session;
+pub mod tls;
 pub mod transport;
 pub mod workers;
 

@@ -92,6 +92,8 @@ impl Settings {
             owners: Vec::new(),
             warnings,
             limits_store: None,
+            tls: None,
+            admin_tls: None,
         }
     }
 }

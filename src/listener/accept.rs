@@ -7,6 +7,7 @@
 use super::app::App;
 use super::connection::{ClientConnection, ClientPolicy};
 use super::session::Session;
+use super::tls::{terminate, TlsStream};
 use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
 use crate::http2;
@@ -131,14 +132,22 @@ pub(super) async fn accept_loop<A>(
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
                 let connection = ClientConnection::accepted(&policy);
-                let stream = BufferedStream::for_client(Box::new(stream), Arc::clone(&connection));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
+                let tls = policy.tls.clone();
                 let http2 = Http2Choice {
-                    h2c: policy.h2c,
+                    // Prior knowledge is for cleartext: over TLS, ALPN says.
+                    h2c: policy.h2c && tls.is_none(),
                     settings: policy.http2.clone(),
                 };
                 tokio::spawn(async move {
+                    // The TLS handshake, if any, runs here: never in the accept loop.
+                    let Some(stream) =
+                        terminate(tls.as_deref(), Box::new(stream), &connection).await
+                    else {
+                        return;
+                    };
+                    let stream = BufferedStream::for_client(stream, Arc::clone(&connection));
                     serve_connection(app, stream, connection, http2, shutdown).await;
                     drop(place);
                 });
@@ -210,12 +219,14 @@ async fn serve_http2<A>(
     A: App,
 {
     let socket = stream.get_socket_digest();
+    let tls = TlsStream::details_of(stream.inner()).cloned().map(Arc::new);
     let watch = shutdown.clone();
     http2::serve(stream, settings, socket, connection, watch, |stream| {
         let app = Arc::clone(&app);
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         async move {
-            let mut session = Session::Http2(stream);
+            let mut session = Session::Http2(stream, tls);
             app.serve(&mut session, &shutdown).await;
             session.finish().await;
         }

@@ -33,6 +33,8 @@ pub struct ClientPolicy {
     pub h2c: bool,
     /// How HTTP/2 connections are set (`max_streams_per_connection`, ...).
     pub http2: crate::http2::Settings,
+    /// TLS (`tls:`, `admin_tls:`); `None`: cleartext.
+    pub tls: Option<Arc<super::tls::Terminator>>,
 }
 
 impl ClientPolicy {
@@ -50,6 +52,7 @@ impl ClientPolicy {
                 crate::http2::DEFAULT_MAX_CONCURRENT_STREAMS,
                 max_header_bytes,
             ),
+            tls: None,
         }
     }
 }
@@ -152,6 +155,7 @@ mod tests {
             max_header_bytes: 1024,
             h2c: false,
             http2: crate::http2::Settings::new(1, 1024),
+            tls: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! stream, behind the same methods. An enum rather than a trait object: the apps' request
 //! futures stay unboxed, and on HTTP/1 each call costs one match.
 
+use super::tls::{TlsDetails, TlsStream};
 use crate::http1::error::{Error, Result};
 use crate::http1::server::Session as Http1Session;
 use crate::http2::Session as Http2Session;
@@ -10,13 +11,15 @@ use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// One request being served, on either protocol.
 pub enum Session {
     Http1(Http1Session),
-    Http2(Http2Session),
+    /// A stream, with its connection's TLS (on a TLS listener).
+    Http2(Http2Session, Option<Arc<TlsDetails>>),
 }
 
 /// The same call on either protocol.
@@ -24,7 +27,7 @@ macro_rules! either {
     ($session:expr, $s:ident => $call:expr) => {
         match $session {
             Session::Http1($s) => $call,
-            Session::Http2($s) => $call,
+            Session::Http2($s, _) => $call,
         }
     };
 }
@@ -36,7 +39,7 @@ macro_rules! either_future {
     ($session:expr, $s:ident => $call:expr) => {
         match $session {
             Session::Http1($s) => Either::Http1 { future: $call },
-            Session::Http2($s) => Either::Http2 { future: $call },
+            Session::Http2($s, _) => Either::Http2 { future: $call },
         }
     };
 }
@@ -66,7 +69,15 @@ impl Session {
     pub fn http_version(&self) -> &'static str {
         match self {
             Session::Http1(_) => "1.1",
-            Session::Http2(_) => "2",
+            Session::Http2(..) => "2",
+        }
+    }
+
+    /// What the TLS handshake of the request's connection settled (`None` on cleartext).
+    pub fn tls(&self) -> Option<&TlsDetails> {
+        match self {
+            Session::Http1(s) => TlsStream::details_of(s.stream()),
+            Session::Http2(_, tls) => tls.as_deref(),
         }
     }
 

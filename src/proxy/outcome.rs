@@ -147,6 +147,7 @@ pub(super) fn log_request(
         None if status == 429 => ctx.exchange.upstream_retry_after,
         None => None,
     };
+    let tls = session.tls();
     let record = AccessRecord {
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
@@ -199,6 +200,8 @@ pub(super) fn log_request(
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,
         cost_usd: ctx.cost_micros,
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);
@@ -272,6 +275,7 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
         .inc();
     let catalog = gateway.catalog();
+    let tls = session.tls();
     gateway.access_log.write(&AccessRecord {
         ts: now_rfc3339(),
         environment: &catalog.environment,
@@ -284,6 +288,8 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         bytes_out: response.body.len(),
         error_code: Some(error.code()),
         error_message: Some(error.message()),
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
         ..AccessRecord::default()
     });
 }

@@ -12,6 +12,7 @@ pub mod otlp;
 pub mod process;
 pub mod promql;
 pub mod redis_server;
+pub mod tls;
 pub mod usage;
 
 pub use client::*;
@@ -19,4 +20,5 @@ pub use gateway::*;
 pub use mock::*;
 pub use otlp::*;
 pub use process::*;
+pub use tls::*;
 pub use usage::*;
