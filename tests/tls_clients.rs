@@ -1,5 +1,6 @@
 //! Real clients over HTTPS against the TLS client listener, with a CA made at run time:
-//! curl with `--cacert`, and the openai Python SDK with the CA in its HTTP client.
+//! curl with `--cacert` (HTTP/1.1, and HTTP/2 by ALPN), and the openai Python SDK with the
+//! CA in its HTTP client.
 //!
 //! The Python interpreter comes from `SLUICE_PYTHON` (set by `tests/run`, which installs the
 //! SDK in a virtual environment), else `python3`.
@@ -44,6 +45,51 @@ async fn curl_speaks_https_to_the_gateway_with_the_test_ca() {
     );
     let models: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(models["object"], "list");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn curl_speaks_http2_over_https_by_alpn() {
+    let version = Command::new("curl").arg("-V").output();
+    if !version.is_ok_and(|v| String::from_utf8_lossy(&v.stdout).contains("HTTP2")) {
+        eprintln!("skipped: this curl has no HTTP/2 (`curl -V` lists no HTTP2)");
+        return;
+    }
+    let dir = temp_dir("tls-listener-curl-h2");
+    let ca = TestCa::new("test CA");
+    let (cert, key) = ca.server(&["localhost"], None).write(&dir, "server");
+    let ca_file = ca.write(&dir, "ca");
+    let mock = MockUpstream::start().await;
+    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
+    let url = format!("https://localhost:{}/v1/models", gw.addr().port());
+    let resolve = format!("localhost:{}:127.0.0.1", gw.addr().port());
+    let auth = format!("authorization: Bearer {ALPHA}");
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--fail",
+                "--http2",
+                "--resolve",
+                &resolve,
+                "--cacert",
+            ])
+            .arg(&ca_file)
+            .args(["-w", "\n%{http_version}", "-H", &auth, &url])
+            .output()
+            .expect("curl runs")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "curl gets 200: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.ends_with("\n2"), "HTTP/2 was chosen by ALPN: {text}");
+    assert!(text.contains("chat-model"), "the model list: {text}");
+    assert_eq!(gw.log_lines(1).await[0]["http_version"], "2");
     let _ = std::fs::remove_dir_all(dir);
 }
 

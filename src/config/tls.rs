@@ -9,7 +9,6 @@ use super::raw::{RawConfig, RawTls};
 use super::values::{beside_config, Errors};
 use crate::listener::tls::{
     load_client_roots, Certificate, Culprit, MinVersion, TlsSettings, ALPN_H2, ALPN_HTTP1,
-    SERVES_HTTP2,
 };
 
 /// The listeners' TLS, checked.
@@ -22,7 +21,7 @@ pub(super) fn edge(errors: &mut Errors, raw: &RawConfig) -> Edge {
     // On by default: it only acts on a TLS listener (ALPN); `config/server.rs` checks it
     // with `h2c` and `max_streams_per_connection`.
     let http2 = raw.http2.unwrap_or(true);
-    let client_alpn: &[&[u8]] = if http2 && SERVES_HTTP2 {
+    let client_alpn: &[&[u8]] = if http2 {
         &[ALPN_H2, ALPN_HTTP1]
     } else {
         &[ALPN_HTTP1]

@@ -26,10 +26,6 @@ pub use terminator::{MinVersion, Terminator, TlsSettings, ALPN_H2, ALPN_HTTP1, F
 use super::connection::ClientConnection;
 use pingora_core::protocols::Stream;
 
-/// Whether HTTP/2 is served on a TLS connection whose client chose it by ALPN: until it is,
-/// the listeners offer `http/1.1` alone, whatever `http2` says.
-pub const SERVES_HTTP2: bool = true;
-
 /// The stream a connection is served on: `tcp` itself on a cleartext listener, else the
 /// TLS connection once its handshake succeeded (by the connection's head deadline); `None`
 /// when it failed (the connection is closed).
