@@ -1,6 +1,6 @@
 //! Real clients over HTTPS against the TLS client listener, with a CA made at run time:
-//! curl with `--cacert` (HTTP/1.1, and HTTP/2 by ALPN), and the openai Python SDK with the
-//! CA in its HTTP client.
+//! curl with `--cacert` (HTTP/1.1, and HTTP/2 by ALPN), the openai Python SDK with the CA
+//! in its HTTP client, and httpx with `http2=True` (HTTP/2 by ALPN).
 //!
 //! The Python interpreter comes from `SLUICE_PYTHON` (set by `tests/run`, which installs the
 //! SDK in a virtual environment), else `python3`.
@@ -132,5 +132,53 @@ print(answer.choices[0].message.content)
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(stdout.trim(), "hello from mock");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn httpx_gets_http2_over_https_by_alpn() {
+    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let dir = temp_dir("tls-listener-httpx");
+    let ca = TestCa::new("test CA");
+    let (cert, key) = ca
+        .server(&["localhost", "127.0.0.1"], None)
+        .write(&dir, "server");
+    let ca_file = ca.write(&dir, "ca");
+    let mock = MockUpstream::start().await;
+    mock.push(Reply::completion());
+    mock.push(Reply::stream(3, std::time::Duration::ZERO));
+    let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
+    let output = tokio::process::Command::new(&python)
+        .arg(format!(
+            "{}/tests/python/httpx_http2.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .arg(format!("https://localhost:{}", gw.addr().port()))
+        .arg(ALPHA)
+        .arg(&ca_file)
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if let Some(why) = stdout.strip_prefix("SKIP ") {
+        eprintln!("skipped: httpx with HTTP/2 is not installed for {python} ({why})");
+        return;
+    }
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(
+        seen["versions"],
+        serde_json::json!(["HTTP/2", "HTTP/2", "HTTP/2"])
+    );
+    assert_eq!(seen["content"], "hello from mock");
+    assert_eq!(
+        seen["events"].as_array().unwrap().len(),
+        4,
+        "3 chunks and [DONE]"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
