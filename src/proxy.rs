@@ -3,7 +3,7 @@
 //!
 //! | step        | what it does                                                          |
 //! |-------------|-----------------------------------------------------------------------|
-//! | `read_head` | the request head; 400 for one that cannot be parsed, 405 for CONNECT |
+//! | `read_head` | the request head; 400, 431 or 501 for one refused, 404 for CONNECT    |
 //! | `start`     | the head deadline ends; the catalog snapshot; client timeouts         |
 //! | `request`   | [`Proxy::handle`]: host, route, key, limits, body, model,             |
 //! |             | capabilities, then answer locally or deliver upstream through         |
