@@ -130,7 +130,7 @@ impl Telemetry {
                 KeyValue::new("sluice.request_id", start.request_id.to_owned()),
             ]);
         }
-        RequestTrace::new(span, self.tracer.clone(), self.propagator.clone())
+        RequestTrace::new(span, self.tracer.clone())
     }
 
     /// Sends every span ended so far, and waits until the collector took them or the

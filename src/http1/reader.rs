@@ -15,16 +15,18 @@
 
 use super::chunk_line;
 use super::error::{Error, Result};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap};
 use pingora_core::protocols::Stream;
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::task::{ready, Poll};
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Most bytes one read takes from the connection.
 const READ_BYTES: usize = 16 << 10;
+/// Most bytes one read straight into a caller's buffer takes ([`MessageReader::read_body_into`]).
+const DIRECT_READ_BYTES: usize = 256 << 10;
 /// Longest chunk-size line (extensions included) or trailer field.
 pub const MAX_CHUNK_LINE: usize = 4096;
 
@@ -113,6 +115,48 @@ impl MessageReader {
                 Piece::More => self.fill_or_cut().await?,
             }
         }
+    }
+
+    /// Bytes of a body framed by its `Content-Length` still to come (those buffered
+    /// included); `None` for other framings.
+    pub fn body_left(&self) -> Option<u64> {
+        match self.reading {
+            Reading::Length(left) => Some(left),
+            _ => None,
+        }
+    }
+
+    /// Appends the next bytes of the body to `dst`: how many, 0 once the body was read
+    /// whole. A body framed by its length, with nothing buffered, is read from the
+    /// connection straight into `dst`'s free capacity (never past the body's end): no
+    /// copy through the scratch buffer and none into the caller's. Other framings go
+    /// through [`Self::read_body`].
+    pub async fn read_body_into(&mut self, dst: &mut BytesMut) -> Result<usize> {
+        if let Reading::Length(left) = self.reading {
+            if left > 0 && self.buf.is_empty() {
+                let most = usize::try_from(left)
+                    .unwrap_or(usize::MAX)
+                    .min(DIRECT_READ_BYTES);
+                dst.reserve(most);
+                let read = self
+                    .stream
+                    .read_buf(&mut (&mut *dst).limit(most))
+                    .await
+                    .map_err(Error::Read)?;
+                if read == 0 {
+                    return Err(Error::Closed("a body"));
+                }
+                self.reading = Reading::Length(left - read as u64);
+                return Ok(read);
+            }
+        }
+        Ok(match self.read_body().await? {
+            Some(bytes) => {
+                dst.extend_from_slice(&bytes);
+                bytes.len()
+            }
+            None => 0,
+        })
     }
 
     /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a

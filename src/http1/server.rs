@@ -191,6 +191,22 @@ impl Session {
         }
     }
 
+    /// Bytes of a request body framed by its `Content-Length` still to come; `None` for a
+    /// chunked body (or none).
+    pub fn request_body_left(&self) -> Option<u64> {
+        self.reader.body_left()
+    }
+
+    /// Appends the next bytes of the request body to `dst`: how many, 0 at its end. A body
+    /// framed by its length is read straight into `dst` (see `MessageReader::read_body_into`).
+    pub async fn read_request_body_into(&mut self, dst: &mut BytesMut) -> Result<usize> {
+        let read = self.reader.read_body_into(dst);
+        match bounded(self.read_timeout, read).await {
+            Some(read) => read,
+            None => Err(Error::ReadTimeout),
+        }
+    }
+
     /// Reads and drops the rest of the request body.
     pub async fn drain_request_body(&mut self) -> Result<()> {
         while self.read_request_body().await?.is_some() {}

@@ -5,10 +5,10 @@
 
 use super::capped;
 use crate::usage::Usage;
-use opentelemetry::propagation::{Injector, TextMapPropagator};
-use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, Tracer,
+};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, Span};
 use std::time::Duration;
 
@@ -16,7 +16,6 @@ use std::time::Duration;
 pub struct RequestTrace {
     span: Span,
     tracer: SdkTracer,
-    propagator: TraceContextPropagator,
 }
 
 /// What an upstream attempt's client span starts with.
@@ -63,17 +62,15 @@ pub struct RequestEnd<'a> {
 }
 
 impl RequestTrace {
-    pub(super) fn new(span: Span, tracer: SdkTracer, propagator: TraceContextPropagator) -> Self {
-        RequestTrace {
-            span,
-            tracer,
-            propagator,
-        }
+    pub(super) fn new(span: Span, tracer: SdkTracer) -> Self {
+        RequestTrace { span, tracer }
     }
 
     /// The trace ID in lower-case hex, for the access log.
     pub fn trace_id(&self) -> String {
-        self.span.span_context().trace_id().to_string()
+        let mut hex = String::with_capacity(32);
+        push_hex(&mut hex, &self.span.span_context().trace_id().to_bytes());
+        hex
     }
 
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
@@ -98,10 +95,7 @@ impl RequestTrace {
                 .span_builder("attempt")
                 .with_kind(SpanKind::Client)
                 .start_with_context(&self.tracer, &parent);
-            return AttemptTrace {
-                span,
-                propagator: self.propagator.clone(),
-            };
+            return AttemptTrace { span };
         }
         let (address, port) = host_and_port(start.server);
         let mut attributes = vec![
@@ -120,10 +114,7 @@ impl RequestTrace {
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
-        AttemptTrace {
-            span,
-            propagator: self.propagator.clone(),
-        }
+        AttemptTrace { span }
     }
 
     /// Ends the server span with the request's outcome.
@@ -161,7 +152,6 @@ impl RequestTrace {
 /// An upstream attempt's client span.
 pub struct AttemptTrace {
     span: Span,
-    propagator: TraceContextPropagator,
 }
 
 impl AttemptTrace {
@@ -172,10 +162,7 @@ impl AttemptTrace {
 
     /// `traceparent` (and `tracestate`, if any) naming this attempt, for the upstream.
     pub fn upstream_headers(&self) -> Vec<(&'static str, String)> {
-        let context = Context::new().with_remote_span_context(self.span.span_context().clone());
-        let mut fields = Fields(Vec::with_capacity(2));
-        self.propagator.inject_context(&context, &mut fields);
-        fields.0
+        upstream_headers(self.span.span_context())
     }
 
     /// Ends the span with the attempt's outcome.
@@ -242,19 +229,97 @@ fn host_and_port(authority: &str) -> (&str, Option<u16>) {
     }
 }
 
-/// The propagation fields of one attempt, as header name and value.
-struct Fields(Vec<(&'static str, String)>);
+/// The W3C Trace Context fields naming `context` (`traceparent`, and `tracestate` when it
+/// has entries), as header name and value: version 00, the trace and span IDs and the
+/// flags in lower-case hex, written directly (the SDK's propagator formats each ID
+/// through `fmt`, a few thousand instructions a request, sampled or not).
+fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
+    if !context.is_valid() {
+        return Vec::new();
+    }
+    let mut parent = String::with_capacity(55);
+    parent.push_str("00-");
+    push_hex(&mut parent, &context.trace_id().to_bytes());
+    parent.push('-');
+    push_hex(&mut parent, &context.span_id().to_bytes());
+    parent.push('-');
+    // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
+    push_hex(
+        &mut parent,
+        &[(context.trace_flags() & TraceFlags::SAMPLED).to_u8()],
+    );
+    let mut fields = vec![("traceparent", parent)];
+    let state = context.trace_state().header();
+    // An empty `tracestate` says nothing: not sent.
+    if !state.is_empty() {
+        fields.push(("tracestate", state));
+    }
+    fields
+}
 
-impl Injector for Fields {
-    fn set(&mut self, key: &str, value: String) {
-        let name = match key {
-            "traceparent" => "traceparent",
-            "tracestate" => "tracestate",
-            _ => return,
-        };
-        // An empty `tracestate` says nothing: not sent.
-        if !value.is_empty() {
-            self.0.push((name, value));
+/// Appends `bytes` in lower-case hex.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::{SpanId, TraceId, TraceState};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use std::collections::HashMap;
+
+    /// What the SDK's own propagator writes for `context`.
+    fn sdk_fields(context: &SpanContext) -> Vec<(String, String)> {
+        let mut fields = HashMap::new();
+        TraceContextPropagator::new().inject_context(
+            &Context::new().with_remote_span_context(context.clone()),
+            &mut fields,
+        );
+        let mut fields: Vec<(String, String)> = fields
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty())
+            .collect();
+        fields.sort();
+        fields
+    }
+
+    fn ours(context: &SpanContext) -> Vec<(String, String)> {
+        let mut fields: Vec<(String, String)> = upstream_headers(context)
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        fields.sort();
+        fields
+    }
+
+    #[test]
+    fn the_fields_are_the_sdk_propagators() {
+        let state = TraceState::from_key_value([("vendor", "opaque"), ("other", "1")]).unwrap();
+        for (flags, state) in [
+            (TraceFlags::SAMPLED, TraceState::default()),
+            (TraceFlags::default(), TraceState::default()),
+            (TraceFlags::new(0x03), TraceState::default()),
+            (TraceFlags::SAMPLED, state),
+        ] {
+            let context = SpanContext::new(
+                TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+                SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+                flags,
+                true,
+                state,
+            );
+            assert_eq!(ours(&context), sdk_fields(&context));
         }
+        assert_eq!(
+            upstream_headers(&SpanContext::NONE),
+            Vec::new(),
+            "an invalid context propagates nothing"
+        );
     }
 }

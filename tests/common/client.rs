@@ -99,6 +99,11 @@ impl Conn {
             .expect("write to the gateway");
     }
 
+    /// Closes the writing side (the gateway reads the end of the stream).
+    pub async fn shutdown_write(&mut self) {
+        let _ = self.socket.shutdown().await;
+    }
+
     /// Writes, reporting a failure (the gateway closed the connection) instead of panicking.
     pub async fn try_write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.socket.write_all(bytes).await
