@@ -99,6 +99,10 @@ pub struct Catalog {
     pub response_ids: Option<IdKeys>,
     /// The admin listener's tokens (`admin_tokens`, `admin_token_env`).
     pub admin_tokens: Vec<crate::config::AdminToken>,
+    /// The client and admin listeners' TLS as loaded (certificates read), for new
+    /// handshakes (`tls.rs`).
+    pub tls: Option<crate::listener::tls::TlsSettings>,
+    pub admin_tls: Option<crate::listener::tls::TlsSettings>,
 }
 
 impl Catalog {
@@ -182,6 +186,8 @@ impl Catalog {
             ordered_keys,
             metric_labels: config.metric_labels.clone(),
             admin_tokens: config.admin_tokens.clone(),
+            tls: config.tls.clone(),
+            admin_tls: config.admin_tls.clone(),
             response_ids: config.response_ids.as_ref().map(|secrets| {
                 IdKeys::new(
                     secrets.current.expose().as_bytes(),

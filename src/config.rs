@@ -24,6 +24,7 @@ mod retry_on;
 mod server;
 mod store;
 mod syntax;
+mod tls;
 mod tracing;
 mod upstream;
 mod values;
@@ -134,6 +135,18 @@ pub struct Config {
     pub admin_tokens: Vec<AdminToken>,
     /// `owners:`: budgets shared by every key of an owner.
     pub owners: Vec<OwnerConfig>,
+    /// `tls:`: TLS on the client listener, its files read; `None`: cleartext.
+    pub tls: Option<crate::listener::tls::TlsSettings>,
+    /// `admin_tls:`: TLS on the admin listener; `None`: cleartext.
+    pub admin_tls: Option<crate::listener::tls::TlsSettings>,
+    /// `http2`: HTTP/2 offered by ALPN on the TLS client listener (default true; nothing
+    /// without `tls`). Offered only once the gateway serves HTTP/2
+    /// (`listener::tls::SERVES_HTTP2`).
+    pub http2: bool,
+    /// `h2c`: HTTP/2 by prior knowledge on the cleartext client listener.
+    pub h2c: bool,
+    /// `max_streams_per_connection`: streams open at once on one HTTP/2 connection.
+    pub max_streams_per_connection: NonZeroU32,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.

@@ -33,6 +33,7 @@ pub mod secret;
 pub mod server;
 pub mod spool;
 pub mod telemetry;
+pub mod tls;
 pub mod translate;
 pub mod upstream;
 pub mod usage;

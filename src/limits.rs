@@ -25,7 +25,7 @@ pub use admin_store::{AdminStore, StoredLimits};
 pub use budget::{cost_micros, format_usd, BudgetHold, BudgetWindow, Budgets, Period, Scope};
 pub use rate::{format_reset, rate_headers};
 use rate::{gcra, position, within_window};
-pub use store::{Grant, Shared, SharedBudget, SharedBudgetHold, Store};
+pub use store::{Grant, Position, Shared, Store};
 pub use tokens::{token_headers, Reservation, TokenStatus, Window};
 
 /// How long a client refused for concurrency is told to wait: a hint, since the gateway

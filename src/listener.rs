@@ -9,11 +9,13 @@
 //! | `workers.rs` | event loops, one per core, each with a `SO_REUSEPORT` listener |
 //! | `connection.rs` | [`ClientPolicy`] and [`ClientConnection`]: head and idle deadlines, head size |
 //! | `transport.rs` | [`BufferedStream`]: the write buffer, deadlines applied to reads |
+//! | `tls.rs` | TLS: certificates, SNI, the handshake, [`tls::TlsStream`] |
 //! | `app.rs` | [`App`], what a listener serves |
 
 mod accept;
 mod app;
 pub mod connection;
+pub mod tls;
 pub mod transport;
 pub mod workers;
 

@@ -261,9 +261,8 @@ impl Proxy {
                 .then_some(model.default_max_tokens);
             ctx.output_limit = read.output_limit(endpoint.kind, enforced);
             let parts = read.token_estimate(endpoint.kind, model.default_max_tokens);
-            self.admit_tokens(ctx, key, parts.0 + parts.1).await?;
-            // The key's and its owner's money budgets, once its tokens are admitted.
-            self.reserve_budget(ctx, key, model, parts).await?;
+            // With them, the key's and its owner's money budgets.
+            self.admit_priced(ctx, key, model, parts).await?;
         }
         // 7. Upstream.
         let destination = Destination {

@@ -68,6 +68,8 @@ fn the_reference_lists_every_field_a_record_can_have_in_order() {
         output_tokens: Some(1),
         reserved_tokens: Some(1),
         cost_usd: Some(1),
+        tls_version: Some("TLSv1.3"),
+        tls_client_subject: Some("CN=team-a,O=acme"),
         ..Default::default()
     };
     let capture = Capture::default();

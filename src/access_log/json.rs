@@ -79,6 +79,12 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     if let Some(micros) = record.cost_usd {
         object.float("cost_usd", Some(micros as f64 / 1_000_000.0));
     }
+    if let Some(version) = record.tls_version {
+        object.string("tls_version", version);
+    }
+    if let Some(subject) = record.tls_client_subject {
+        object.string("tls_client_subject", subject);
+    }
     object.close();
 }
 
@@ -260,6 +266,8 @@ mod tests {
             output_tokens: Some(u64::MAX),
             reserved_tokens: Some(0),
             cost_usd: Some(1_234_567),
+            tls_version: Some("TLSv1.3"),
+            tls_client_subject: Some("CN=team \"a\"\\,O=acme"),
         };
         assert_eq!(by_hand(&record), serde_json::to_string(&record).unwrap());
     }

@@ -86,6 +86,11 @@ impl Settings {
             owners: Vec::new(),
             warnings,
             limits_store: None,
+            tls: None,
+            admin_tls: None,
+            http2: false,
+            h2c: false,
+            max_streams_per_connection: NonZeroU32::MIN,
         }
     }
 }

@@ -97,7 +97,7 @@ impl AdminStore {
     pub async fn limits(&self, key: &Key) -> Option<StoredLimits> {
         let mut invocation = self.view.prepare_invoke();
         // The names `store.rs` gives them (their hash tag is the key's name).
-        for redis_key in super::store::redis_keys(&self.namespace, &key.name) {
+        for redis_key in super::store::redis_keys(&self.namespace, key) {
             invocation.key(redis_key);
         }
         let values: Vec<String> = self

@@ -69,6 +69,12 @@ pub(super) struct Windows {
 }
 
 impl Windows {
+    /// No calendar: where no budget is decided (a key without one).
+    pub(super) const NONE: Windows = Windows {
+        day: (0, 0),
+        month: (0, 0),
+    };
+
     pub(super) fn at(unix_ms: i64) -> Windows {
         let day_start = unix_ms - unix_ms.rem_euclid(DAY_MS);
         Windows {

@@ -1,7 +1,9 @@
 //! Limits shared by every replica, in Redis (or Valkey): one script call checks and
-//! reserves every bucket of a key (request rate, token windows) and takes a concurrency
-//! lease, atomically, on Redis's clock; at the end of the request its tokens are settled and
-//! its lease given back, off the response path.
+//! reserves every bucket of a key (request rate, token windows), takes a concurrency lease
+//! and reserves the request's cost in the key's and its owner's money budgets, atomically,
+//! on Redis's clock (the budgets on the replica's calendar): refused for any, it takes
+//! nothing. At the end of the request its tokens and money are settled and its lease given
+//! back, off the response path.
 //!
 //! A replica has at most one call per key in flight: admissions and settlements of the key
 //! that arrive meanwhile wait and travel together in the next call (`batch.lua`). An
@@ -9,7 +11,9 @@
 //! requests each, so the store's cost per request falls as the load rises.
 //!
 //! Limit values travel with each call, so a reload applies at once and keeps usage. All of
-//! a key's Redis keys start with the store's namespace and share the hash tag `{name}`. A lease expires by itself unless its
+//! a key's Redis keys start with the store's namespace and share one hash tag: `{name}`,
+//! or `{owner/OWNER}` for a key whose owner has a budget (`store/budget.rs`), so Redis
+//! Cluster runs the call on one slot. A lease expires by itself unless its
 //! replica refreshes it (every third of its lifetime while the request runs), so a replica
 //! that dies holds nothing for longer than one lifetime.
 //!
@@ -25,6 +29,7 @@
 //! of every request still running here (those admitted in this process meanwhile
 //! included) are written to it before shared admission resumes.
 
+mod answer;
 mod budget;
 mod calls;
 mod leases;
@@ -35,9 +40,10 @@ use crate::catalog::Key;
 use crate::config::LimitsStoreConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-pub use budget::{SharedBudget, SharedBudgetHold};
+use answer::with_wait;
+pub use answer::{Position, Refusal, Shared};
 pub use calls::Grant;
-use calls::{Limits, Queue, Waiting};
+use calls::{Money, Queue, Waiting};
 use dashmap::DashMap;
 use prometheus::{Histogram, IntCounterVec, IntGauge};
 use redis::Script;
@@ -63,9 +69,9 @@ pub struct Store {
     gate: DashMap<String, (Instant, Instant, Refusal)>,
     /// Leases of requests in flight on this replica, by key.
     leases: leases::Leases,
-    /// Per key: the store's last answer on its rate and token windows, and when, for the
-    /// headers of a 429 this replica gives without asking the store.
-    positions: DashMap<String, (Instant, Option<RateStatus>, Option<TokenStatus>)>,
+    /// Per key: where the store last said it stood, and when, for the headers of an
+    /// answer this replica gives without asking the store.
+    positions: DashMap<String, (Instant, Position)>,
     refreshing: AtomicBool,
     next_lease: AtomicU64,
     /// Tells lease ids of replicas apart.
@@ -77,49 +83,16 @@ pub struct Store {
     duration: Histogram,
 }
 
-/// The store's answer to one admission.
-pub enum Shared {
-    Admitted {
-        grant: Grant,
-        rate: Option<RateStatus>,
-        tokens: Option<TokenStatus>,
-    },
-    Refused(Refusal),
-    /// The store could not be used: `on_error` decides.
-    Unavailable,
-}
-
-/// A refusal by the store: the error, and where the key's buckets stood, for the answer's
-/// `x-ratelimit-*` headers.
-#[derive(Clone, Debug)]
-pub struct Refusal {
-    pub error: RequestError,
-    pub rate: Option<RateStatus>,
-    pub tokens: Option<TokenStatus>,
-}
-
 /// The Redis keys of a key's limits, after the store's namespace (`limits_store.namespace`):
-/// request rate, token windows, leases, all with the key's name as their hash tag.
-pub(super) fn redis_keys(namespace: &str, name: &str) -> [String; 3] {
-    ["requests", "tokens", "leases"].map(|what| format!("{namespace}:sluice:{{{name}}}:{what}"))
-}
-
-/// A position counted down by the time since the store gave it.
-fn counted_down(
-    since: Duration,
-    rate: Option<RateStatus>,
-    tokens: Option<TokenStatus>,
-) -> (Option<RateStatus>, Option<TokenStatus>) {
-    (
-        rate.map(|rate| RateStatus {
-            reset: rate.reset.saturating_sub(since),
-            ..rate
-        }),
-        tokens.map(|tokens| TokenStatus {
-            reset: tokens.reset.saturating_sub(since),
-            ..tokens
-        }),
-    )
+/// request rate, token windows, leases. Under the key's own name as their hash tag, or,
+/// for a key whose owner has a budget, under the owner's with the key's name after it, so
+/// one call reaches them and the owner's budget account on one Redis Cluster slot.
+pub(super) fn redis_keys(namespace: &str, key: &Key) -> [String; 3] {
+    let name = &key.name;
+    ["requests", "tokens", "leases"].map(|what| match budget::owner_tag(key) {
+        Some(owner) => format!("{namespace}:sluice:{{owner/{owner}}}:key:{name}:{what}"),
+        None => format!("{namespace}:sluice:{{{name}}}:{what}"),
+    })
 }
 
 impl Store {
@@ -184,23 +157,21 @@ impl Store {
         let (at, until, refusal) = &*entry;
         let now = Instant::now();
         let left = until.checked_duration_since(now)?;
-        let (rate, tokens) = counted_down(now.duration_since(*at), refusal.rate, refusal.tokens);
         Some(Refusal {
             error: with_wait(&refusal.error, left),
-            rate,
-            tokens,
+            position: refusal.position.counted_down(now.duration_since(*at)),
         })
     }
 
-    /// The key's rate and token positions as the store last gave them to this replica,
-    /// their resets counted down since (`(None, None)` before its first answer).
-    pub fn last_position(&self, name: &str) -> (Option<RateStatus>, Option<TokenStatus>) {
+    /// Where the key stood as the store last told this replica, its resets counted down
+    /// since (all `None` before its first answer).
+    pub fn last_position(&self, name: &str) -> Position {
         match self.positions.get(name) {
             Some(entry) => {
-                let (at, rate, tokens) = *entry;
-                counted_down(at.elapsed(), rate, tokens)
+                let (at, position) = *entry;
+                position.counted_down(at.elapsed())
             }
-            None => (None, None),
+            None => Position::default(),
         }
     }
 
@@ -209,33 +180,36 @@ impl Store {
         self.gate.clear();
     }
 
-    /// Checks and reserves every limit of `key` for one request of `estimate` tokens.
-    pub async fn admit(self: &Arc<Self>, key: &Key, estimate: u64) -> Shared {
+    /// Checks and reserves every limit of `key` for one request of `estimate` tokens, and
+    /// `cost` micro-dollars in its budgets and its owner's (`None`: no money to reserve),
+    /// all at once: refused for any of them, it takes nothing. `now_ms`: the wall clock,
+    /// whose calendar the budgets' windows follow.
+    pub async fn admit(
+        self: &Arc<Self>,
+        key: &Arc<Key>,
+        estimate: u64,
+        cost: Option<u64>,
+        now_ms: i64,
+    ) -> Shared {
         if !self.is_up() {
             self.probe();
             return Shared::Unavailable;
         }
         self.start_refreshing();
         let lease = key.max_concurrent.map(|_| self.new_lease());
-        let per_minute = key.requests_per_minute.map_or(0, |n| n.get());
-        let limits = Limits {
-            per_minute,
-            burst: key.burst.or(key.requests_per_minute).map_or(0, |n| n.get()),
-            tokens_per_minute: key.tokens_per_minute.map_or(0, |n| n.get()),
-            tokens_per_day: key.tokens_per_day.map_or(0, |n| n.get()),
-            max_concurrent: key.max_concurrent.map_or(0, |n| n.get()),
-        };
         let (sender, receiver) = oneshot::channel();
         let waiting = Waiting {
             estimate,
             lease: lease.clone(),
+            cost,
+            now_ms,
             answer: sender,
         };
         self.enqueue(&key.name, |queue| {
-            queue.limits = limits;
+            queue.key = Some(Arc::clone(key));
             queue.admissions.push(waiting);
         });
-        let Ok(Some(answer)) = receiver.await else {
+        let Ok(Some((answer, windows))) = receiver.await else {
             self.probe();
             return Shared::Unavailable;
         };
@@ -243,7 +217,7 @@ impl Store {
         let bound = (super::MAX_DEBT + Window::Day.period()).as_micros() as i64;
         let micros = |n: i64| Duration::from_micros(n.clamp(0, bound) as u64);
         let rate = (answer[2] >= 0).then(|| RateStatus {
-            limit: per_minute,
+            limit: key.requests_per_minute.map_or(0, |n| n.get()),
             remaining: answer[2] as u32,
             reset: micros(answer[3]),
         });
@@ -260,12 +234,18 @@ impl Store {
             }),
             _ => None,
         };
+        let budget = (answer[10] >= 0).then_some(answer[10] as u64);
         let wait = micros(answer[1]);
-        let position = (Instant::now(), rate, tokens);
+        let position = Position {
+            rate,
+            tokens,
+            budget,
+        };
         match self.positions.get_mut(&key.name) {
-            Some(mut known) => *known = position,
+            Some(mut known) => *known = (Instant::now(), position),
             None => {
-                self.positions.insert(key.name.clone(), position);
+                self.positions
+                    .insert(key.name.clone(), (Instant::now(), position));
             }
         }
         let error = match answer[0] {
@@ -273,18 +253,18 @@ impl Store {
                 if let Some(lease) = &lease {
                     self.leases.hold(&key.name, lease);
                 }
-                let grant = Grant::new(self, &key.name, lease, [answer[8], answer[9]]);
-                return Shared::Admitted {
-                    grant,
-                    rate,
-                    tokens,
-                };
+                // Money is reserved where the key has a budget (the store reported one).
+                let money = cost
+                    .filter(|_| budget.is_some())
+                    .map(|reserved| Money { reserved, windows });
+                let grant = Grant::new(self, &key.name, lease, [answer[8], answer[9]], money);
+                return Shared::Admitted { grant, position };
             }
             1 => RequestError::RateLimited { retry_after: wait },
             2 => RequestError::ConcurrencyLimited {
                 retry_after: super::CONCURRENCY_RETRY_HINT,
             },
-            _ => {
+            3 => {
                 let window = tokens.map_or(Window::Minute, |t| t.window);
                 RequestError::TokensLimited {
                     retry_after: wait,
@@ -293,15 +273,16 @@ impl Store {
                     estimate,
                 }
             }
+            _ => {
+                let named = [answer[11], answer[12], answer[13], answer[14]];
+                budget::refusal(key, named, cost.unwrap_or(0), &windows, now_ms)
+            }
         };
-        let refusal = Refusal {
-            error,
-            rate,
-            tokens,
-        };
-        if answer[0] != 2 {
+        let refusal = Refusal { error, position };
+        if matches!(answer[0], 1 | 3) {
             // Refused for a wait the store measured: the same request is refused here until
-            // it is over, without a call.
+            // it is over, without a call. (A budget's refusal depends on the request's
+            // cost, so a cheaper one may pass: it is not gated.)
             let now = Instant::now();
             self.gate
                 .insert(key.name.clone(), (now, now + wait, refusal.clone()));
@@ -412,23 +393,4 @@ fn confined_to_key(error: &redis::RedisError) -> bool {
             | ErrorKind::UnexpectedReturnType
             | ErrorKind::Parse
     )
-}
-
-/// The same refusal with `left` to wait.
-fn with_wait(error: &RequestError, left: Duration) -> RequestError {
-    match error {
-        RequestError::RateLimited { .. } => RequestError::RateLimited { retry_after: left },
-        RequestError::TokensLimited {
-            window,
-            limit,
-            estimate,
-            ..
-        } => RequestError::TokensLimited {
-            retry_after: left,
-            window,
-            limit: *limit,
-            estimate: *estimate,
-        },
-        other => other.clone(),
-    }
 }

@@ -6,6 +6,7 @@
 
 use super::app::App;
 use super::connection::{ClientConnection, ClientPolicy};
+use super::tls::terminate;
 use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
@@ -128,13 +129,18 @@ pub(super) async fn accept_loop<A>(
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
                 let connection = ClientConnection::accepted(&policy);
-                let stream: pingora_core::protocols::Stream = Box::new(BufferedStream::for_client(
-                    Box::new(stream),
-                    Arc::clone(&connection),
-                ));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
+                let tls = policy.tls.clone();
                 tokio::spawn(async move {
+                    // The TLS handshake, if any, runs here: never in the accept loop.
+                    let Some(stream) =
+                        terminate(tls.as_deref(), Box::new(stream), &connection).await
+                    else {
+                        return;
+                    };
+                    let stream: pingora_core::protocols::Stream =
+                        Box::new(BufferedStream::for_client(stream, Arc::clone(&connection)));
                     serve(app, stream, connection, &shutdown).await;
                     drop(place);
                 });

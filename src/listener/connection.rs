@@ -28,6 +28,8 @@ pub struct ClientPolicy {
     pub max_connections: usize,
     /// Largest request head (`max_header_bytes`).
     pub max_header_bytes: usize,
+    /// TLS (`tls:`, `admin_tls:`); `None`: cleartext.
+    pub tls: Option<Arc<super::tls::Terminator>>,
 }
 
 impl ClientPolicy {
@@ -39,6 +41,7 @@ impl ClientPolicy {
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
             max_header_bytes: crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
+            tls: None,
         }
     }
 }
@@ -122,6 +125,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             max_connections: 1,
             max_header_bytes: 1024,
+            tls: None,
         }
     }
 

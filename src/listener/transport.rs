@@ -92,6 +92,11 @@ impl BufferedStream {
             .as_ref()
     }
 
+    /// The stream under the buffer.
+    pub(in crate::listener) fn inner(&self) -> &Stream {
+        &self.inner
+    }
+
     pub fn with_read_count(inner: Stream, read_count: ReadCount) -> Self {
         BufferedStream {
             inner,

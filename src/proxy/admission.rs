@@ -12,11 +12,12 @@
 //! store when it answers again.
 
 use super::context::{InFlight, LimitMode, RequestContext};
+use super::spend::Hold;
 use super::Proxy;
 use crate::catalog::{Catalog, Key};
 use crate::config::OnStoreError;
 use crate::error::RequestError;
-use crate::limits::{Admission, Shared};
+use crate::limits::{Admission, Budgets, Position, Shared};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,9 @@ impl Proxy {
         let limiter = &self.gateway.limiter;
         // Token windows are shown on every answer; reserved once the body is read (step 6).
         ctx.tokens = limiter.token_position(key);
-        self.budget_position(ctx, key);
+        if self.gateway.limits_store.is_none() {
+            self.budget_position(ctx, key);
+        }
         let shed = if self.gateway.is_draining() {
             Err(RequestError::Overloaded {
                 retry_after: Duration::from_secs(1),
@@ -52,9 +55,13 @@ impl Proxy {
             None => LimitMode::Local(Arc::clone(key)),
             Some(store) if store.is_up() => {
                 ctx.tokens = None;
+                if Budgets::applies(key) {
+                    // Until the store answers for this request: as it last did for the key.
+                    ctx.budget_remaining = store.last_position(&key.name).budget;
+                }
                 if let Some(refused) = store.gated(&key.name) {
                     // The headers a store's answer would carry, as the store last gave them.
-                    (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                    show(ctx, refused.position);
                     // Refused here or by the store, it is the key's use (`last_used`).
                     ctx.since_previous = limiter.note_arrival(key);
                     return Err(refused.error);
@@ -66,9 +73,9 @@ impl Proxy {
                     Err(error) => {
                         // The key's headers as the store last gave them to this replica
                         // (or, if it never answered for the key, as this process sees it).
-                        let (rate, tokens) = store.last_position(&key.name);
-                        ctx.rate = rate.or_else(|| limiter.rate_position(key));
-                        ctx.tokens = tokens.or_else(|| limiter.token_position(key));
+                        let known = store.last_position(&key.name);
+                        ctx.rate = known.rate.or_else(|| limiter.rate_position(key));
+                        ctx.tokens = known.tokens.or_else(|| limiter.token_position(key));
                         return Err(error);
                     }
                 }
@@ -76,6 +83,8 @@ impl Proxy {
             }
             Some(store) => {
                 store.probe();
+                // The replica's own ledger decides the budgets while the store is down.
+                self.budget_position(ctx, key);
                 self.when_store_fails(store.config.on_error, store.config.expected_replicas, key)?
             }
         };
@@ -83,7 +92,7 @@ impl Proxy {
             let local = Arc::clone(local);
             self.admit_locally(ctx, &local)?;
         }
-        self.hold_local_lease(ctx, key);
+        self.hold_local_lease(ctx);
         let gauge = self
             .gateway
             .metrics
@@ -95,9 +104,9 @@ impl Proxy {
 
     /// A request admitted without the store while it cannot be used holds a lease of this
     /// replica, written to the store when it answers again.
-    fn hold_local_lease(&self, ctx: &mut RequestContext, key: &Key) {
-        if let (LimitMode::Local(_) | LimitMode::Open, Some(store)) =
-            (&ctx.limits, &self.gateway.limits_store)
+    fn hold_local_lease(&self, ctx: &mut RequestContext) {
+        if let (LimitMode::Local(_) | LimitMode::Open, Some(store), Some(key)) =
+            (&ctx.limits, &self.gateway.limits_store, &ctx.key)
         {
             ctx.grant = store.local_lease(key);
         }
@@ -150,33 +159,48 @@ impl Proxy {
         key: &Key,
         estimate: u64,
     ) -> Result<(), RequestError> {
-        let store = match (&ctx.limits, &self.gateway.limits_store) {
-            (LimitMode::Shared, Some(store)) => Arc::clone(store),
-            (LimitMode::Local(key), _) => {
+        self.admit_estimate(ctx, key, estimate, None).await
+    }
+
+    /// [`Self::admit_tokens`], and in the shared store the request's `cost` in the key's
+    /// budgets with it, in the same call (`None`: no money to reserve). In this process
+    /// the caller reserves the money after (`spend.rs`).
+    pub(super) async fn admit_estimate(
+        &self,
+        ctx: &mut RequestContext,
+        key: &Key,
+        estimate: u64,
+        cost: Option<u64>,
+    ) -> Result<(), RequestError> {
+        let (store, shared_key) = match (&ctx.limits, &self.gateway.limits_store, &ctx.key) {
+            (LimitMode::Shared, Some(store), Some(shared_key)) => {
+                (Arc::clone(store), Arc::clone(shared_key))
+            }
+            (LimitMode::Local(key), _, _) => {
                 let key = Arc::clone(key);
                 return self.reserve_tokens(ctx, &key, estimate);
             }
             _ => return Ok(()),
         };
-        match store.admit(key, estimate).await {
-            Shared::Admitted {
-                grant,
-                rate,
-                tokens,
-            } => {
-                (ctx.rate, ctx.tokens) = (rate, tokens);
+        let now_ms = self.gateway.wall_clock.unix_millis();
+        match store.admit(&shared_key, estimate, cost, now_ms).await {
+            Shared::Admitted { grant, position } => {
+                show(ctx, position);
                 ctx.reserved_tokens = grant.reserved();
+                ctx.budget_hold = grant.money_reserved().map(Hold::Shared);
                 ctx.grant = Some(grant);
                 Ok(())
             }
             Shared::Refused(refused) => {
-                (ctx.rate, ctx.tokens) = (refused.rate, refused.tokens);
+                show(ctx, refused.position);
                 Err(refused.error)
             }
             Shared::Unavailable => {
                 let config = &store.config;
                 ctx.limits =
                     self.when_store_fails(config.on_error, config.expected_replicas, key)?;
+                // The replica's own ledger decides the budgets now, and shows them.
+                self.budget_position(ctx, key);
                 let local = match &ctx.limits {
                     LimitMode::Local(local) => {
                         // Counted once, by the local limiter that now decides.
@@ -184,12 +208,12 @@ impl Proxy {
                         Arc::clone(local)
                     }
                     _ => {
-                        self.hold_local_lease(ctx, key);
+                        self.hold_local_lease(ctx);
                         return Ok(());
                     }
                 };
                 self.admit_locally(ctx, &local)?;
-                self.hold_local_lease(ctx, key);
+                self.hold_local_lease(ctx);
                 self.reserve_tokens(ctx, &local, estimate)
             }
         }
@@ -216,5 +240,14 @@ impl Proxy {
                 Err(error)
             }
         }
+    }
+}
+
+/// Where the store said the key stands, on the answer's headers; the budget only for a key
+/// that has one.
+fn show(ctx: &mut RequestContext, position: Position) {
+    (ctx.rate, ctx.tokens) = (position.rate, position.tokens);
+    if position.budget.is_some() {
+        ctx.budget_remaining = position.budget;
     }
 }

@@ -7,6 +7,7 @@ use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::http1::server::Session;
+use crate::listener::tls::TlsStream;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
@@ -88,13 +89,14 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Broken>, ctx: &mut Req
         None if may_have_used || implausible => None,
         None => Some(0),
     };
-    if let Some(grant) = ctx.grant.take() {
-        grant.settle(used);
-    }
     if let (Some(reservation), Some(used)) = (ctx.reservation.take(), used) {
         gateway.limiter.reconcile(reservation, used);
     }
-    super::spend::settle_budget(gateway, ctx, usage, used);
+    let cost = super::spend::settle_budget(gateway, ctx, usage, used);
+    if let Some(grant) = ctx.grant.take() {
+        // Tokens, money and lease, in the key's next store call.
+        grant.settle(used, cost);
+    }
 }
 
 /// The request's metrics and its access-log line. `e`: why its answer did not end well.
@@ -146,6 +148,7 @@ pub(super) fn log_request(
         None if status == 429 => ctx.exchange.upstream_retry_after,
         None => None,
     };
+    let tls = TlsStream::details_of(session.stream());
     let record = AccessRecord {
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
@@ -197,6 +200,8 @@ pub(super) fn log_request(
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,
         cost_usd: ctx.cost_micros,
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);
@@ -270,6 +275,7 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
         .inc();
     let catalog = gateway.catalog();
+    let tls = TlsStream::details_of(session.stream());
     gateway.access_log.write(&AccessRecord {
         ts: now_rfc3339(),
         environment: &catalog.environment,
@@ -281,6 +287,8 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         bytes_out: response.body.len(),
         error_code: Some(error.code()),
         error_message: Some(error.message()),
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
         ..AccessRecord::default()
     });
 }

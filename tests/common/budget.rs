@@ -4,7 +4,9 @@
 use super::client::{get, Response};
 use super::gateway::{config_with, key_hash, TestGateway};
 use super::mock::Reply;
+use super::redis_server::{store, RedisServer};
 use super::usage::json_with_usage;
+use std::time::Duration;
 
 pub const TEAM_A: &str = "sk-test-team-a-0123456789";
 pub const TEAM_B: &str = "sk-test-team-b-0123456789";
@@ -76,4 +78,34 @@ pub fn at(text: &str) -> i64 {
     chrono::DateTime::parse_from_rfc3339(text)
         .unwrap()
         .timestamp_millis()
+}
+
+/// The budget catalog with the limits store of `redis`.
+pub fn shared(upstream: &str, redis: &RedisServer, alpha: &str, owner: &str) -> String {
+    budget_config(upstream, alpha, owner).replace(
+        "environment: test\n",
+        &format!(
+            "environment: test\nlimits_store:\n{}",
+            store(redis, "  timeout: 2s\n")
+        ),
+    )
+}
+
+/// Waits (bounded) until `gw`'s admin view shows `expected` spent: settlements in the
+/// store are sent off the response path.
+pub async fn until_spent(gw: &TestGateway, key: &str, scope: &str, window: &str, expected: &str) {
+    let wait = async {
+        loop {
+            if spent(gw, key, scope, window).await == expected {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let last = tokio::time::timeout(Duration::from_secs(10), wait).await;
+    assert!(
+        last.is_ok(),
+        "{key} {scope} {window}: {} spent, not {expected}",
+        spent(gw, key, scope, window).await
+    );
 }

@@ -11,6 +11,7 @@ pub mod otlp;
 pub mod process;
 pub mod promql;
 pub mod redis_server;
+pub mod tls;
 pub mod usage;
 
 pub use client::*;
@@ -18,4 +19,5 @@ pub use gateway::*;
 pub use mock::*;
 pub use otlp::*;
 pub use process::*;
+pub use tls::*;
 pub use usage::*;

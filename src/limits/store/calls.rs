@@ -1,25 +1,34 @@
 //! A key's calls to the store: at most one in flight per key on a replica; the key's
 //! admissions and settlements that arrive meanwhile wait here and travel together in the
 //! next call of `batch.lua` (settlements first, then the leases kept alive, then each
-//! admission in order). And the [`Grant`] an admitted request holds until its settlement
-//! joins that queue.
+//! admission in order, decided on the key's limits and budgets at once). And the
+//! [`Grant`] an admitted request holds until its settlement joins that queue.
 
+use super::budget::{account_lifetime, account_limits, accounts, MAX_MICROS};
 use super::{redis_keys, Store};
+use crate::catalog::Key;
+use crate::limits::budget::{Budgets, Windows};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// The most admissions, and the most settlements, one call carries.
 const BATCH_MAX: usize = 128;
 
-/// Values `batch.lua` answers per admission.
-const ANSWER: usize = 10;
+/// Values `batch.lua` answers per admission of a key with budgets.
+pub(super) const ANSWER: usize = 15;
+
+/// Values `batch.lua` answers per admission of a key without: the first ten.
+const UNBUDGETED_ANSWER: usize = 10;
+
+/// `batch.lua`'s answer to one admission, and the budget windows of the call that made it.
+pub(super) type Answer = ([i64; ANSWER], Windows);
 
 /// What waits for a key's next call, and whether a call of the key is in flight.
 #[derive(Default)]
 pub(super) struct Queue {
     busy: bool,
-    /// The key's limits as the latest admission saw them.
-    pub(super) limits: Limits,
+    /// The key as the latest admission saw it: its limits, its budgets, where they live.
+    pub(super) key: Option<Arc<Key>>,
     pub(super) admissions: Vec<Waiting>,
     pub(super) settlements: Vec<Settlement>,
     /// The key's leases held here are due for a refresh.
@@ -54,19 +63,44 @@ pub(super) struct Limits {
     pub(super) max_concurrent: u32,
 }
 
+impl Limits {
+    pub(super) fn of(key: &Key) -> Limits {
+        Limits {
+            per_minute: key.requests_per_minute.map_or(0, |n| n.get()),
+            burst: key.burst.or(key.requests_per_minute).map_or(0, |n| n.get()),
+            tokens_per_minute: key.tokens_per_minute.map_or(0, |n| n.get()),
+            tokens_per_day: key.tokens_per_day.map_or(0, |n| n.get()),
+            max_concurrent: key.max_concurrent.map_or(0, |n| n.get()),
+        }
+    }
+}
+
 /// An admission waiting for its answer (`None`: the store could not be used).
 pub(super) struct Waiting {
     pub(super) estimate: u64,
     pub(super) lease: Option<String>,
-    pub(super) answer: oneshot::Sender<Option<[i64; ANSWER]>>,
+    /// Micro-dollars to reserve in the key's budgets; `None`: nothing (no price, no budget).
+    pub(super) cost: Option<u64>,
+    /// The wall clock when the request arrived (Unix ms): the calendar of its budgets.
+    pub(super) now_ms: i64,
+    pub(super) answer: oneshot::Sender<Option<Answer>>,
+}
+
+/// Money reserved in a key's budgets for a request in flight: how much, and the day and
+/// month it was reserved in.
+#[derive(Clone, Copy)]
+pub(super) struct Money {
+    pub(super) reserved: u64,
+    pub(super) windows: Windows,
 }
 
 /// The end of an admitted request: its reservation (-1: no such window), the tokens it
-/// used (-1: unknown, the reservation stands) and its lease.
+/// used (-1: unknown, the reservation stands), its lease, and its money with what it cost.
 pub(super) struct Settlement {
     pub(super) reserved: [i64; 2],
     pub(super) used: i64,
     pub(super) lease: Option<String>,
+    pub(super) money: Option<(Money, u64)>,
 }
 
 impl Store {
@@ -97,7 +131,7 @@ impl Store {
             done: false,
         };
         loop {
-            let (limits, admissions, settlements, kept) = {
+            let (key, admissions, settlements, kept) = {
                 let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
                 // Requests given up while waiting (their clients left) are not sent.
                 waiting.admissions.retain(|w| !w.answer.is_closed());
@@ -118,31 +152,47 @@ impl Store {
                     Vec::new()
                 };
                 (
-                    waiting.limits,
+                    waiting.key.clone(),
                     waiting.admissions.drain(..admissions).collect::<Vec<_>>(),
                     waiting.settlements.drain(..settlements).collect::<Vec<_>>(),
                     kept,
                 )
             };
-            let answer = if self.is_up() {
-                self.send(&name, limits, &admissions, &settlements, &kept)
-                    .await
-            } else {
+            // The budgets' calendar: the wall clock of the latest admission sent.
+            let now_ms = admissions.iter().map(|w| w.now_ms).max().unwrap_or(0);
+            let windows = match &key {
+                Some(key) if Budgets::applies(key) => Windows::at(now_ms),
+                _ => Windows::NONE,
+            };
+            let answer = match &key {
                 // Down: the admissions apply `on_error`; the leases expire on their own.
-                None
+                Some(key) if self.is_up() => {
+                    let call = Call {
+                        limits: Limits::of(key),
+                        windows,
+                        now_ms,
+                    };
+                    self.send(key, call, &admissions, &settlements, &kept).await
+                }
+                _ => None,
             };
             for (i, waiting) in admissions.into_iter().enumerate() {
-                let values = answer.as_ref().and_then(|a| {
-                    let values = a.get(i * ANSWER..(i + 1) * ANSWER)?;
-                    <[i64; ANSWER]>::try_from(values).ok()
-                });
-                if let Err(Some(values)) = waiting.answer.send(values) {
+                let values = answer.as_ref().and_then(|a| a.get(i).copied());
+                let (cost, lease) = (waiting.cost, waiting.lease);
+                if let Err(Some((values, windows))) =
+                    waiting.answer.send(values.map(|v| (v, windows)))
+                {
                     if values[0] == 0 {
-                        // Admitted for a request that is gone: nobody will settle it.
+                        // Admitted for a request that is gone: nobody will settle it. It
+                        // was never sent upstream: its money goes back whole.
+                        let money = cost
+                            .filter(|_| values[10] >= 0)
+                            .map(|reserved| (Money { reserved, windows }, 0));
                         let settlement = Settlement {
                             reserved: [values[8], values[9]],
                             used: -1,
-                            lease: waiting.lease,
+                            lease,
+                            money,
                         };
                         let mut waiting = queue.lock().unwrap_or_else(|p| p.into_inner());
                         waiting.settlements.push(settlement);
@@ -153,19 +203,31 @@ impl Store {
     }
 
     /// One call of `batch.lua` for the key: its settlements, the leases it keeps, then its
-    /// admissions; the answers, ten values per admission, or `None` if the call failed.
+    /// admissions; the answer to each admission, or `None` if the call failed.
     pub(super) async fn send(
         &self,
-        name: &str,
-        limits: Limits,
+        key: &Key,
+        call: Call,
         admissions: &[Waiting],
         settlements: &[Settlement],
         kept: &[String],
-    ) -> Option<Vec<i64>> {
+    ) -> Option<Vec<[i64; ANSWER]>> {
+        let namespace = &self.config.namespace;
         let mut invocation = self.batch.prepare_invoke();
-        for key in redis_keys(&self.config.namespace, name) {
-            invocation.key(key);
+        for redis_key in redis_keys(namespace, key) {
+            invocation.key(redis_key);
         }
+        let accounts = accounts(namespace, key);
+        // Money travels, and is answered, only for a key with budget accounts.
+        let budgeted = !accounts.is_empty();
+        for account in accounts {
+            invocation.key(account);
+        }
+        let Call {
+            limits,
+            windows,
+            now_ms,
+        } = call;
         invocation
             .arg(limits.per_minute)
             .arg(limits.burst)
@@ -173,13 +235,31 @@ impl Store {
             .arg(limits.tokens_per_day)
             .arg(limits.max_concurrent)
             .arg(self.lease_lifetime.as_micros() as u64)
-            .arg(settlements.len());
+            .arg(windows.day.0)
+            .arg(windows.month.0)
+            .arg(account_lifetime(&windows, now_ms));
+        for [day, month] in account_limits(key) {
+            invocation.arg(day).arg(month);
+        }
+        invocation.arg(settlements.len());
         for settlement in settlements {
             invocation
                 .arg(settlement.reserved[0])
                 .arg(settlement.reserved[1])
                 .arg(settlement.used)
                 .arg(settlement.lease.as_deref().unwrap_or_default());
+            if budgeted {
+                let (money, cost, day, month) = match &settlement.money {
+                    Some((money, cost)) => (
+                        money.reserved.min(MAX_MICROS) as i64,
+                        (*cost).min(MAX_MICROS),
+                        money.windows.day.0,
+                        money.windows.month.0,
+                    ),
+                    None => (-1, 0, 0, 0),
+                };
+                invocation.arg(money).arg(cost).arg(day).arg(month);
+            }
         }
         invocation.arg(kept.len());
         for lease in kept {
@@ -190,44 +270,66 @@ impl Store {
             invocation
                 .arg(waiting.estimate)
                 .arg(waiting.lease.as_deref().unwrap_or_default());
+            if budgeted {
+                invocation.arg(waiting.cost.map_or(-1, |c| c.min(MAX_MICROS) as i64));
+            }
         }
         let answer: Vec<i64> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await?;
-        if answer.len() == admissions.len() * ANSWER {
-            Some(answer)
-        } else {
+        let each = if budgeted { ANSWER } else { UNBUDGETED_ANSWER };
+        if answer.len() != admissions.len() * each {
             self.script_failed();
-            None
+            return None;
         }
+        let answers = answer.chunks_exact(each).map(|values| {
+            // Without budgets: no budget remaining (-1) and no budget refusal named.
+            let mut full = [0; ANSWER];
+            full[UNBUDGETED_ANSWER] = -1;
+            full[..each].copy_from_slice(values);
+            full
+        });
+        Some(answers.collect())
     }
 }
 
-/// What an admitted request holds in the store until it ends: its lease and its token
-/// reservation. Settled once; dropped unsettled (a cancelled request), the lease is given
-/// back and the reservation stands.
+/// What one call is decided under: the key's limits (all 0 for a call that only writes
+/// leases back), and the budgets' calendar at `now_ms` (Unix ms, the wall clock).
+pub(super) struct Call {
+    pub(super) limits: Limits,
+    pub(super) windows: Windows,
+    pub(super) now_ms: i64,
+}
+
+/// What an admitted request holds in the store until it ends: its lease, its token
+/// reservation and its money. Settled once; dropped unsettled (a cancelled request), the
+/// lease is given back and the reservations stand.
 pub struct Grant {
     store: Arc<Store>,
     key: String,
     lease: Option<String>,
     /// Tokens reserved per window (minute, day); -1: no such window.
     reserved: [i64; 2],
+    money: Option<Money>,
     settled: bool,
 }
 
 impl Grant {
-    /// What a request holds: `lease` (if any) and `reserved` tokens per window (-1: none).
+    /// What a request holds: `lease` (if any), `reserved` tokens per window (-1: none) and
+    /// `money` in its budgets.
     pub(super) fn new(
         store: &Arc<Store>,
         key: &str,
         lease: Option<String>,
         reserved: [i64; 2],
+        money: Option<Money>,
     ) -> Grant {
         Grant {
             store: Arc::clone(store),
             key: key.to_owned(),
             lease,
             reserved,
+            money,
             settled: false,
         }
     }
@@ -241,26 +343,39 @@ impl Grant {
             .max()
     }
 
-    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and gives the
-    /// lease back, in the key's next store call: the response is not held up.
-    pub fn settle(mut self, used: Option<u64>) {
+    /// The micro-dollars reserved in the key's budgets (`None`: none).
+    pub fn money_reserved(&self) -> Option<u64> {
+        self.money.map(|m| m.reserved)
+    }
+
+    /// Settles the tokens (`Some(used)`, or `None`: the reservation stands) and the money
+    /// (`Some(cost)`, or `None`: the reservation stands), and gives the lease back, in the
+    /// key's next store call: the response is not held up.
+    pub fn settle(mut self, used: Option<u64>, cost: Option<u64>) {
         self.settled = true;
-        self.queue_settlement(used);
+        self.queue_settlement(used, cost);
     }
 
     /// Puts the settlement in the queue of the key's next store call.
-    fn queue_settlement(&mut self, used: Option<u64>) {
+    fn queue_settlement(&mut self, used: Option<u64>, cost: Option<u64>) {
         let lease = self.lease.take();
         if let Some(lease) = &lease {
             self.store.leases.give_back(&self.key, lease);
         }
-        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() {
+        // Money whose reservation stands needs no settling.
+        let money = self
+            .money
+            .take()
+            .zip(cost)
+            .filter(|(money, cost)| money.reserved != *cost);
+        if self.reserved.iter().all(|&n| n < 0) && lease.is_none() && money.is_none() {
             return;
         }
         let settlement = Settlement {
             reserved: self.reserved,
             used: used.map_or(-1, |n| n.min(1 << 40) as i64),
             lease,
+            money,
         };
         self.store
             .enqueue(&self.key, |queue| queue.settlements.push(settlement));
@@ -270,7 +385,7 @@ impl Grant {
 impl Drop for Grant {
     fn drop(&mut self) {
         if !self.settled {
-            self.queue_settlement(None);
+            self.queue_settlement(None, None);
         }
     }
 }

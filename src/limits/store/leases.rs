@@ -4,8 +4,10 @@
 //! them, and written back whole when a store that was down answers again. A request
 //! admitted in this process while the store could not be used holds one too.
 
+use super::calls::{Call, Limits};
 use super::{Grant, Store};
 use crate::catalog::Key;
+use crate::limits::budget::Windows;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -59,12 +61,18 @@ impl Store {
     /// be used (`on_error: local` or `open`): kept here like the store's own leases, and
     /// written to the store when it answers again, so the request counts against the key's
     /// `max_concurrent` there for as long as it runs. `None` for a key without one.
-    pub fn local_lease(self: &Arc<Self>, key: &Key) -> Option<Grant> {
+    pub fn local_lease(self: &Arc<Self>, key: &Arc<Key>) -> Option<Grant> {
         key.max_concurrent?;
         self.start_refreshing();
+        // Where the lease is written and refreshed: the key as this request saw it.
+        let queue = match self.queues.get(&key.name) {
+            Some(queue) => Arc::clone(&queue),
+            None => Arc::clone(&self.queues.entry(key.name.clone()).or_default()),
+        };
+        queue.lock().unwrap_or_else(|p| p.into_inner()).key = Some(Arc::clone(key));
         let lease = self.new_lease();
         self.leases.hold(&key.name, &lease);
-        Some(Grant::new(self, &key.name, Some(lease), [-1, -1]))
+        Some(Grant::new(self, &key.name, Some(lease), [-1, -1], None))
     }
 
     pub(super) fn new_lease(&self) -> String {
@@ -78,10 +86,18 @@ impl Store {
     pub(super) async fn restore_leases(&self) {
         for name in self.leases.keys() {
             let leases = self.leases.of(&name);
-            if !leases.is_empty() {
-                let _ = self
-                    .send(&name, Default::default(), &[], &[], &leases)
-                    .await;
+            let key = self
+                .queues
+                .get(&name)
+                .and_then(|queue| queue.lock().unwrap_or_else(|p| p.into_inner()).key.clone());
+            if let (false, Some(key)) = (leases.is_empty(), key) {
+                // Leases only: no limits, nothing decided.
+                let call = Call {
+                    limits: Limits::default(),
+                    windows: Windows::at(0),
+                    now_ms: 0,
+                };
+                let _ = self.send(&key, call, &[], &[], &leases).await;
             }
         }
     }
