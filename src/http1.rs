@@ -7,6 +7,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `server.rs` | one client connection's session: requests read in order, answers written, keep-alive |
+//! | `blocking_client.rs` | a blocking client over a std stream (the OTLP exporter's), by the same head and body rules |
 //! | `client.rs` | one upstream connection: the request written, the answer's head and body read, reuse |
 //! | `head.rs` | heads parsed (`httparse`) and checked, a request's and an answer's side by side |
 //! | `framing.rs` | a request's and an upstream answer's framing side by side, an answer's writing |
@@ -18,6 +19,7 @@
 //! | `sse.rs` | the one reader of server-sent events: line ends, event ends, `data:` values, bounded buffering |
 
 pub mod answer;
+pub mod blocking_client;
 mod chunk_line;
 pub mod client;
 pub mod connection_tokens;
