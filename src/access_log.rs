@@ -23,6 +23,8 @@ pub struct AccessRecord<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub host: &'a str,
+    /// The protocol the request came in: `"1.1"` or `"2"`.
+    pub http_version: &'a str,
     pub key: Option<&'a str>,
     /// The key's `owner` and `labels`, when it has them (free text from the configuration).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,6 +78,12 @@ pub struct AccessRecord<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<u64>,
+    /// The TLS version of the client's connection (`TLSv1.3`); absent on cleartext.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_version: Option<&'a str>,
+    /// The client certificate's subject (RFC 4514), on a listener with `client_ca_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_client_subject: Option<&'a str>,
 }
 
 /// Micro-dollars written as decimal USD.

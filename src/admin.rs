@@ -11,8 +11,8 @@ pub use auth::{AdminError, Caller};
 
 use crate::config::OnStoreError;
 use crate::gateway::Gateway;
-use crate::http1::server::Session as ServerSession;
 use crate::listener::App;
+use crate::listener::Session as ServerSession;
 use bytes::Bytes;
 use pingora_core::server::ShutdownWatch;
 use pingora_http::ResponseHeader;

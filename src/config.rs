@@ -24,6 +24,7 @@ mod retry_on;
 mod server;
 mod store;
 mod syntax;
+mod tls;
 mod tracing;
 mod upstream;
 mod values;
@@ -104,8 +105,16 @@ pub struct Config {
     pub client_idle_timeout: Duration,
     /// Client connections open at once; past it the listener stops accepting.
     pub max_connections: NonZeroU32,
-    /// Largest request head (request line and fields); past it 431.
+    /// Largest request head (request line and fields), an HTTP/2 header list too; past
+    /// it 431.
     pub max_header_bytes: usize,
+    /// HTTP/2 offered by ALPN on the TLS client listener (default true; nothing without
+    /// `tls`).
+    pub http2: bool,
+    /// HTTP/2 by prior knowledge on a cleartext listener.
+    pub h2c: bool,
+    /// Streams open at once on one HTTP/2 connection.
+    pub max_streams_per_connection: NonZeroU32,
     /// Resends after a failure that provably did not reach the upstream.
     pub retry_attempts: u32,
     /// First pause before a resend; doubled each time, with jitter.
@@ -134,6 +143,10 @@ pub struct Config {
     pub admin_tokens: Vec<AdminToken>,
     /// `owners:`: budgets shared by every key of an owner.
     pub owners: Vec<OwnerConfig>,
+    /// `tls:`: TLS on the client listener, its files read; `None`: cleartext.
+    pub tls: Option<crate::listener::tls::TlsSettings>,
+    /// `admin_tls:`: TLS on the admin listener; `None`: cleartext.
+    pub admin_tls: Option<crate::listener::tls::TlsSettings>,
 }
 
 /// `response_ids`: the secrets (from the environment) that sign stored-response IDs.

@@ -31,9 +31,9 @@ mod rerank;
 mod response_store;
 mod responses;
 
-use crate::http1::answer::write_simple;
-use crate::http1::server::Session as ServerSession;
+use crate::listener::write_simple;
 use crate::listener::App;
+use crate::listener::Session as ServerSession;
 use audio::Task;
 use bytes::BytesMut;
 use pingora_core::server::ShutdownWatch;

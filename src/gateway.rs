@@ -11,6 +11,7 @@ use crate::limits::{AdminStore, Budgets, Limiter, Store};
 use crate::metrics::Metrics;
 use crate::response_id::IdKeys;
 use crate::telemetry::Telemetry;
+use crate::tls::ListenerTls;
 use crate::upstream::{Availability, CheckContext, Upstreams};
 use arc_swap::ArcSwap;
 use std::collections::HashSet;
@@ -39,6 +40,8 @@ pub struct Gateway {
     pub key_switches: KeySwitches,
     /// The tracer, when `tracing:` is configured (fixed until restart).
     pub telemetry: Option<Telemetry>,
+    /// The listeners' TLS terminators, their certificates replaced with each catalog.
+    pub tls: ListenerTls,
     /// Signs stored-response IDs when the catalog has no `response_ids` secret: made at
     /// start, kept across reloads.
     pub ephemeral_ids: IdKeys,
@@ -68,7 +71,9 @@ impl Gateway {
                 .ok()
                 .map(Arc::new)
         });
+        let tls = ListenerTls::new(&catalog, &metrics.tls);
         Gateway {
+            tls,
             limits_store,
             admin_store,
             key_switches: KeySwitches::default(),
@@ -115,6 +120,7 @@ impl Gateway {
             .set(catalog.generation as i64);
         self.metrics.config_last_success.set(unix_seconds());
         declare_series(&self.metrics, &catalog);
+        self.tls.replace(&catalog, &self.metrics.tls);
         let catalog = Arc::new(catalog);
         self.catalog.store(Arc::clone(&catalog));
         // Name sets built once: a lookup per tracked key, not a scan of the catalog each.

@@ -314,6 +314,8 @@ async fn serve(path: &Path, config: Config, catalog: Catalog) -> std::io::Result
         target: "sluice",
         listen:% = running.addr,
         admin_listen:% = running.admin_addr,
+        tls = gateway.tls.client.is_some(),
+        admin_tls = gateway.tls.admin.is_some(),
         echo_upstream:% = running.echo_addr.map_or("none".to_string(), |a| a.to_string());
         "listening"
     );

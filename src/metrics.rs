@@ -3,6 +3,7 @@
 
 mod key_info;
 mod labels;
+mod tls;
 
 use crate::catalog::Key;
 use key_info::KeyInfo;
@@ -13,6 +14,7 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::sync::Arc;
+pub use tls::TlsMetrics;
 
 pub struct Metrics {
     registry: Registry,
@@ -49,6 +51,7 @@ pub struct Metrics {
     pub config_last_success: IntGauge,
     pub key_expiry: IntGaugeVec,
     key_info: KeyInfo,
+    pub tls: TlsMetrics,
 }
 
 impl Metrics {
@@ -279,6 +282,7 @@ impl Metrics {
         )
         .expect("valid metric");
         let key_info = KeyInfo::new();
+        let tls = TlsMetrics::new();
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "sluice_build_info",
@@ -320,7 +324,10 @@ impl Metrics {
             Box::new(key_expiry.clone()),
             Box::new(key_info.clone()),
             Box::new(build_info),
-        ] {
+        ]
+        .into_iter()
+        .chain(tls.collectors())
+        {
             registry
                 .register(collector)
                 .expect("each series is registered once");
@@ -357,6 +364,7 @@ impl Metrics {
             trace_spans_dropped,
             key_expiry,
             key_info,
+            tls,
         }
     }
 

@@ -5,7 +5,9 @@
 //! logs what it changed (keys added, removed, disabled, enabled; models added, removed).
 //!
 //! Two triggers share one path: SIGHUP, and a watcher that fingerprints the contents of the
-//! configuration and keys files every `watch_interval`. Reading contents (not inode or
+//! configuration and keys files, and the TLS listeners' certificate, key and client CA
+//! files, every `watch_interval` (a new certificate is a reload like any other: read,
+//! checked, and refused whole if it is bad). Reading contents (not inode or
 //! mtime) sees every way a file gets replaced: in place, by rename (editors), or by a
 //! symlink swap (Kubernetes ConfigMap and Secret volumes).
 
@@ -59,7 +61,7 @@ impl Reloader {
     }
 
     pub fn new(gateway: Arc<Gateway>, path: &Path, running: Config) -> Self {
-        let seen = fingerprint(path, running.keys_file.as_deref());
+        let seen = fingerprint(path, &watched(&running));
         let applied = Applied {
             config_text: read_file(path).unwrap_or_default(),
             keys: keys_fingerprint(running.keys_file.as_deref()),
@@ -87,9 +89,12 @@ impl Reloader {
     /// catalog in if they are valid. Returns whether the new configuration is in force.
     pub fn reload(&self, trigger: Trigger) -> bool {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
-        let keys_file = self.lock_running().keys_file.clone();
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
-            fingerprint(&self.path, keys_file.as_deref());
+        let (keys_file, watched_files) = {
+            let running = self.lock_running();
+            (running.keys_file.clone(), watched(&running))
+        };
+        let before = fingerprint(&self.path, &watched_files);
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = before;
         let generation = self.gateway.catalog().generation + 1;
         let config_text = read_file(&self.path).unwrap_or_default();
         let keys_seen = keys_fingerprint(keys_file.as_deref());
@@ -116,9 +121,14 @@ impl Reloader {
                     config_text,
                     keys: keys_fingerprint(config.keys_file.as_deref()),
                 };
-                // The new configuration may name another keys file: watch that one now.
-                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
-                    fingerprint(&self.path, config.keys_file.as_deref());
+                // The new configuration may name other files: watch those now. Files that
+                // changed while they were read (a certificate swapped between its and its
+                // key's read) keep the fingerprint of before: the next check loads again.
+                let settled = fingerprint(&self.path, &watched_files) == before;
+                if settled {
+                    *self.seen.lock().unwrap_or_else(|p| p.into_inner()) =
+                        fingerprint(&self.path, &watched(&config));
+                }
                 *running = config;
                 true
             }
@@ -191,8 +201,8 @@ impl Reloader {
 
     /// Whether the files differ from what was last loaded or rejected.
     fn changed(&self) -> bool {
-        let keys_file = self.lock_running().keys_file.clone();
-        let now = fingerprint(&self.path, keys_file.as_deref());
+        let watched_files = watched(&self.lock_running());
+        let now = fingerprint(&self.path, &watched_files);
         now != *self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -228,12 +238,24 @@ pub fn log_warnings(config: &Config) {
     }
 }
 
-/// A hash of both files' contents (or of why they cannot be read), following symlinks.
+/// The files besides the configuration file whose change reloads it: the keys file, and
+/// the TLS listeners' certificate, key and client CA files.
+fn watched(config: &Config) -> Vec<PathBuf> {
+    let tls = config.tls.iter().chain(&config.admin_tls);
+    config
+        .keys_file
+        .iter()
+        .cloned()
+        .chain(tls.flat_map(|t| t.files().map(Path::to_path_buf)))
+        .collect()
+}
+
+/// A hash of the files' contents (or of why they cannot be read), following symlinks.
 /// Only regular files are read: a FIFO or a device put in a file's place would block the
 /// watcher or read without end.
-fn fingerprint(config: &Path, keys_file: Option<&Path>) -> u64 {
+fn fingerprint(config: &Path, others: &[PathBuf]) -> u64 {
     let mut hasher = DefaultHasher::new();
-    for path in std::iter::once(config).chain(keys_file) {
+    for path in std::iter::once(config).chain(others.iter().map(PathBuf::as_path)) {
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_file() => match std::fs::read(path) {
                 Ok(bytes) => bytes.hash(&mut hasher),
@@ -352,6 +374,22 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.max_header_bytes != new.max_header_bytes {
         changed.push("max_header_bytes");
+    }
+    if old.http2 != new.http2 {
+        changed.push("http2");
+    }
+    if old.h2c != new.h2c {
+        changed.push("h2c");
+    }
+    if old.max_streams_per_connection != new.max_streams_per_connection {
+        changed.push("max_streams_per_connection");
+    }
+    // Certificates reload; whether a listener speaks TLS at all does not.
+    if old.tls.is_some() != new.tls.is_some() {
+        changed.push("tls");
+    }
+    if old.admin_tls.is_some() != new.admin_tls.is_some() {
+        changed.push("admin_tls");
     }
     changed
 }

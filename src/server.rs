@@ -77,6 +77,12 @@ pub async fn start_on(
         idle_timeout: config.client_idle_timeout,
         max_connections: config.max_connections.get() as usize,
         max_header_bytes: config.max_header_bytes,
+        h2c: config.h2c,
+        http2: crate::http2::Settings::new(
+            config.max_streams_per_connection.get(),
+            config.max_header_bytes,
+        ),
+        tls: gateway.tls.client.clone(),
     };
     let clients_bound = ConnectionBound::new(clients.max_connections);
     let (addr, workers) = match loops {
@@ -118,14 +124,13 @@ pub async fn start_on(
         Arc::clone(&gateway),
         config.admin_listen.ip().is_loopback(),
     ));
-    let (admin_addr, _) = listen(
-        config.admin_listen,
-        admin,
-        ClientPolicy::standard(),
-        rest_watch,
-    )
-    .await
-    .map_err(|e| bind_error("admin_listen", config.admin_listen, e))?;
+    let admin_policy = ClientPolicy {
+        tls: gateway.tls.admin.clone(),
+        ..ClientPolicy::standard()
+    };
+    let (admin_addr, _) = listen(config.admin_listen, admin, admin_policy, rest_watch)
+        .await
+        .map_err(|e| bind_error("admin_listen", config.admin_listen, e))?;
     Ok(Running {
         addr,
         admin_addr,

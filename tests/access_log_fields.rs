@@ -68,6 +68,8 @@ fn the_reference_lists_every_field_a_record_can_have_in_order() {
         output_tokens: Some(1),
         reserved_tokens: Some(1),
         cost_usd: Some(1),
+        tls_version: Some("TLSv1.3"),
+        tls_client_subject: Some("CN=team-a,O=acme"),
         ..Default::default()
     };
     let capture = Capture::default();
@@ -139,6 +141,10 @@ async fn every_field_of_real_log_lines_is_in_the_reference() {
             seen.insert(name.clone());
         }
     }
+    assert!(
+        lines.iter().all(|line| line["http_version"] == "1.1"),
+        "a request over HTTP/1.1 is logged as such: {lines:#?}"
+    );
     for name in [
         "key_owner",
         "key_labels",

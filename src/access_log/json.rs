@@ -18,6 +18,7 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.string("method", record.method);
     object.string("path", record.path);
     object.string("host", record.host);
+    object.string("http_version", record.http_version);
     object.nullable_string("key", record.key);
     if let Some(owner) = record.key_owner {
         object.string("key_owner", owner);
@@ -78,6 +79,12 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.nullable_integer("reserved_tokens", record.reserved_tokens);
     if let Some(micros) = record.cost_usd {
         object.float("cost_usd", Some(micros as f64 / 1_000_000.0));
+    }
+    if let Some(version) = record.tls_version {
+        object.string("tls_version", version);
+    }
+    if let Some(subject) = record.tls_client_subject {
+        object.string("tls_client_subject", subject);
     }
     object.close();
 }
@@ -234,6 +241,7 @@ mod tests {
             method: "POST",
             path: "/v1/chat/completions",
             host: "gw.example:8080",
+            http_version: "2",
             key: Some("alpha"),
             key_owner: Some("Zoë <ops@example.com>"),
             key_labels: Some(&labels),
@@ -260,6 +268,8 @@ mod tests {
             output_tokens: Some(u64::MAX),
             reserved_tokens: Some(0),
             cost_usd: Some(1_234_567),
+            tls_version: Some("TLSv1.3"),
+            tls_client_subject: Some("CN=team \"a\"\\,O=acme"),
         };
         assert_eq!(by_hand(&record), serde_json::to_string(&record).unwrap());
     }

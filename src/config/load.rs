@@ -101,6 +101,7 @@ pub fn parse_with(
     };
     // Section by section: the errors come out in this order.
     let settings = server::settings(&mut errors, &parsed);
+    let edge = tls::edge(&mut errors, &parsed.raw);
     let tracing = tracing::tracing(&mut errors, parsed.raw.tracing.as_ref());
     // A list that could not be read was reported; what refers to it is not checked.
     let upstreams_readable = !parsed.unreadable("upstreams");
@@ -163,5 +164,7 @@ pub fn parse_with(
     config.response_ids = response_ids;
     config.admin_tokens = admin_tokens;
     config.owners = owners;
+    config.tls = edge.tls;
+    config.admin_tls = edge.admin_tls;
     Ok(config)
 }

@@ -22,6 +22,9 @@ pub(super) struct RawConfig {
     pub(super) client_idle_timeout: Option<RawDuration>,
     pub(super) max_connections: Option<u32>,
     pub(super) max_header_bytes: Option<RawSize>,
+    pub(super) http2: Option<bool>,
+    pub(super) h2c: Option<bool>,
+    pub(super) max_streams_per_connection: Option<u32>,
     pub(super) retry_attempts: Option<u32>,
     pub(super) retry_backoff: Option<RawDuration>,
     pub(super) watch_interval: Option<RawDuration>,
@@ -32,6 +35,8 @@ pub(super) struct RawConfig {
     pub(super) limits_store: Option<RawLimitsStore>,
     pub(super) tracing: Option<RawTracing>,
     pub(super) response_ids: Option<RawResponseIds>,
+    pub(super) tls: Option<RawTls>,
+    pub(super) admin_tls: Option<RawTls>,
     pub(super) admin_token_env: Option<String>,
     pub(super) admin_tokens: Option<Vec<serde_yaml::Value>>,
     #[serde(default)]
@@ -124,6 +129,24 @@ pub(super) struct RawLimitsStore {
 pub(super) struct RawResponseIds {
     pub(super) secret_env: Option<String>,
     pub(super) previous_secret_env: Option<String>,
+}
+
+/// `tls:` and `admin_tls:` (validated in `tls.rs`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) certificates: Option<Vec<RawCertificate>>,
+    /// `"1.2"` or `"1.3"`; a bare `1.2` reads as a number, which is accepted too.
+    pub(super) min_version: Option<serde_yaml::Value>,
+    pub(super) client_ca_file: Option<String>,
+}
+
+/// One entry of `tls.certificates`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCertificate {
+    pub(super) cert_file: Option<String>,
+    pub(super) key_file: Option<String>,
 }
 
 /// One entry of `admin_tokens` (validated in `admin.rs`).

@@ -32,6 +32,9 @@ pub(super) struct Settings {
     client_idle_timeout: Duration,
     max_connections: NonZeroU32,
     max_header_bytes: usize,
+    http2: bool,
+    h2c: bool,
+    max_streams_per_connection: NonZeroU32,
     retry_attempts: u32,
     retry_backoff: Duration,
     watch_interval: Duration,
@@ -70,6 +73,9 @@ impl Settings {
             client_idle_timeout: self.client_idle_timeout,
             max_connections: self.max_connections,
             max_header_bytes: self.max_header_bytes,
+            http2: self.http2,
+            h2c: self.h2c,
+            max_streams_per_connection: self.max_streams_per_connection,
             retry_attempts: self.retry_attempts,
             retry_backoff: self.retry_backoff,
             watch_interval: self.watch_interval,
@@ -86,6 +92,8 @@ impl Settings {
             owners: Vec::new(),
             warnings,
             limits_store: None,
+            tls: None,
+            admin_tls: None,
         }
     }
 }
@@ -137,6 +145,7 @@ pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Setti
         }
     };
     let max_header_bytes = header_limit(errors, raw.max_header_bytes.as_ref());
+    let (http2, h2c, max_streams_per_connection) = http2(errors, raw);
     let (retry_attempts, retry_backoff) = retries(errors, raw);
     let watch_interval = duration(
         errors,
@@ -167,6 +176,9 @@ pub(super) fn settings(errors: &mut Errors, parsed: &Parsed<RawConfig>) -> Setti
         client_idle_timeout: client_idle_timeout.unwrap_or_default(),
         max_connections,
         max_header_bytes,
+        http2,
+        h2c,
+        max_streams_per_connection,
         retry_attempts,
         retry_backoff,
         watch_interval: watch_interval.unwrap_or_default(),
@@ -248,6 +260,38 @@ fn header_limit(errors: &mut Errors, size: Option<&RawSize>) -> usize {
             crate::http1::server::DEFAULT_MAX_HEAD_BYTES
         }
     }
+}
+
+/// Most streams `max_streams_per_connection` may allow.
+const MAX_STREAMS_PER_CONNECTION: u32 = 10_000;
+
+/// `http2` (default true: it only acts on a TLS listener), `h2c` (default false; needs
+/// `http2`) and `max_streams_per_connection` (default 100, at most 10000).
+fn http2(errors: &mut Errors, raw: &RawConfig) -> (bool, bool, NonZeroU32) {
+    let http2 = raw.http2.unwrap_or(true);
+    let h2c = raw.h2c.unwrap_or(false);
+    if h2c && !http2 {
+        errors.push(
+            "h2c",
+            "needs `http2` (leave `http2` out, or set it to true)",
+        );
+    }
+    let default =
+        NonZeroU32::new(crate::http2::DEFAULT_MAX_CONCURRENT_STREAMS).unwrap_or(NonZeroU32::MIN);
+    let streams = match raw.max_streams_per_connection {
+        None => default,
+        Some(n) => match NonZeroU32::new(n).filter(|n| n.get() <= MAX_STREAMS_PER_CONNECTION) {
+            Some(n) => n,
+            None => {
+                errors.push(
+                    "max_streams_per_connection",
+                    "must be from 1 to 10000 (leave it out for the default of 100)",
+                );
+                default
+            }
+        },
+    };
+    (http2, h2c, streams)
 }
 
 /// Event loops serving clients: one per available core by default.

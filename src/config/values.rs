@@ -277,6 +277,15 @@ pub fn parse_size(text: &str) -> Option<usize> {
     number.checked_mul(factor)
 }
 
+/// A file named in the configuration: relative to the directory of the file the errors
+/// name (the configuration file, when it was loaded by `load_files`).
+pub(super) fn beside_config(errors: &Errors, name: &str) -> std::path::PathBuf {
+    std::path::Path::new(&errors.file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(name)
+}
+
 /// A `ca_file` as read: the file's PEM text and each certificate in it (DER), every one
 /// checked to parse.
 pub(super) struct CaFile {
@@ -287,11 +296,7 @@ pub(super) struct CaFile {
 /// The `ca_file` called `name` at `field`, read relative to the directory of the file the
 /// errors name (the configuration file, when it was loaded by `load_files`).
 pub(super) fn ca_file(errors: &mut Errors, field: &str, name: &str) -> Option<CaFile> {
-    let full = std::path::Path::new(&errors.file)
-        .parent()
-        .unwrap_or(std::path::Path::new(""))
-        .join(name);
-    match read_ca_file(&full) {
+    match read_ca_file(&beside_config(errors, name)) {
         Ok(ca) => Some(ca),
         Err(message) => {
             errors.push(field, message);

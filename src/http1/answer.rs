@@ -1,9 +1,7 @@
-//! Around an answer: a whole small one written at once (admin and echo answers), and the
-//! request header slimmed once an answer's head is out (for answers that last minutes).
+//! Around an answer: the request header slimmed once an answer's head is out (for answers
+//! that last minutes).
 
-use super::server::Session as ServerSession;
-use bytes::Bytes;
-use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_http::RequestHeader;
 
 /// Lets the request's header go but for what its access record reads once the answer is
 /// over (method, target, version, Host), for an answer that may last minutes (a stream).
@@ -13,8 +11,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 /// session has decided the response's framing and keep-alive, and reads the request header
 /// again only for the next request's parse (which replaces it). Slimmed, the header keeps
 /// one field, copied out of the head's bytes.
-pub fn slim_request_header(session: &mut ServerSession) {
-    let request = session.req_header_mut();
+pub fn slim_request_header(request: &mut RequestHeader) {
     let Ok(mut slim) = RequestHeader::build_no_case(request.method.clone(), b"/", Some(1)) else {
         return;
     };
@@ -34,20 +31,4 @@ pub fn slim_request_header(session: &mut ServerSession) {
         }
     }
     *request = slim;
-}
-
-/// Writes a whole small response; `None` when the client is gone.
-pub async fn write_simple(
-    session: &mut ServerSession,
-    status: u16,
-    content_type: &str,
-    body: Bytes,
-) -> Option<()> {
-    let mut header = ResponseHeader::build_no_case(status, Some(2)).ok()?;
-    header.insert_header("content-type", content_type).ok()?;
-    header
-        .insert_header("content-length", body.len().to_string())
-        .ok()?;
-    session.write_response_header(header).await.ok()?;
-    session.write_response_body(body, true).await.ok()
 }

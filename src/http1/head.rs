@@ -134,7 +134,17 @@ pub struct ResponseHead {
 /// Parses a whole response head at the front of `reader`'s buffer and takes it out; `None`
 /// when more bytes are needed.
 pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<ResponseHead>> {
-    if reader.buffered().is_empty() {
+    let Some((head, length)) = parse_response_bytes(reader.buffered())? else {
+        return Ok(None);
+    };
+    reader.consume(length);
+    Ok(Some(head))
+}
+
+/// Parses a whole response head at the front of `buffered`: the head and its length in
+/// bytes, `None` when more bytes are needed (for a reader of its own, `blocking_client.rs`).
+pub(super) fn parse_response_bytes(buffered: &[u8]) -> Result<Option<(ResponseHead, usize)>> {
+    if buffered.is_empty() {
         return Ok(None);
     }
     // Left uninitialized until parsed: 256 empty fields are 8 KiB to fill on every
@@ -143,8 +153,7 @@ pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<Respon
     let mut response = httparse::Response::new(&mut []);
     let mut config = httparse::ParserConfig::default();
     config.allow_spaces_after_header_name_in_responses(true);
-    let parsed =
-        config.parse_response_with_uninit_headers(&mut response, reader.buffered(), &mut fields);
+    let parsed = config.parse_response_with_uninit_headers(&mut response, buffered, &mut fields);
     let length = match parsed {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -169,13 +178,13 @@ pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<Respon
     }
     let framing = response_framing(&headers)
         .map_err(|_| Error::MalformedHead("a response body framed ambiguously"))?;
-    reader.consume(length);
-    Ok(Some(ResponseHead {
+    let head = ResponseHead {
         status,
         version,
         headers,
         framing,
-    }))
+    };
+    Ok(Some((head, length)))
 }
 
 /// Whether a head of which `buffered` holds the start, `before` bytes of it parsed in

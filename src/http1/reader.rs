@@ -103,32 +103,16 @@ impl MessageReader {
     /// before the body's end is an error (except for a body that ends so).
     pub async fn read_body(&mut self) -> Result<Option<Bytes>> {
         loop {
-            match self.reading {
-                Reading::Head | Reading::Done => return Ok(None),
-                Reading::Length(0) => {
-                    self.reading = Reading::Done;
-                    return Ok(None);
-                }
-                Reading::Length(left) => {
-                    if self.buf.is_empty() {
-                        self.fill_or_cut().await?;
-                    }
-                    let taken = self.take(left.min(self.buf.len() as u64) as usize);
-                    self.reading = Reading::Length(left - taken.len() as u64);
-                    return Ok(Some(taken));
-                }
-                Reading::UntilClose => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
+            match next_piece(&mut self.buf, &mut self.reading)? {
+                Piece::Data(data) => return Ok(Some(data)),
+                Piece::End => return Ok(None),
+                Piece::More if self.reading == Reading::UntilClose => {
+                    if self.fill().await? == 0 {
                         self.reading = Reading::Done;
                         return Ok(None);
                     }
-                    return Ok(Some(self.take(self.buf.len())));
                 }
-                Reading::Chunked(chunk) => match self.step_chunked(chunk)? {
-                    Step::Data(data) => return Ok(Some(data)),
-                    Step::Framing => {}
-                    Step::More => self.fill_or_cut().await?,
-                },
+                Piece::More => self.fill_or_cut().await?,
             }
         }
     }
@@ -175,81 +159,10 @@ impl MessageReader {
         })
     }
 
-    /// One step through a chunked body's framing and data, on what is buffered.
-    fn step_chunked(&mut self, chunk: Chunk) -> Result<Step> {
-        let next = match chunk {
-            Chunk::Size => {
-                let Some(line) = self.line()? else {
-                    return Ok(Step::More);
-                };
-                match chunk_size(&line)? {
-                    0 => Chunk::Trailer,
-                    size => Chunk::Data(size),
-                }
-            }
-            Chunk::Data(left) => {
-                if self.buf.is_empty() {
-                    return Ok(Step::More);
-                }
-                let data = self.take(left.min(self.buf.len() as u64) as usize);
-                let left = left - data.len() as u64;
-                self.reading = Reading::Chunked(match left {
-                    0 => Chunk::DataEnd,
-                    left => Chunk::Data(left),
-                });
-                return Ok(Step::Data(data));
-            }
-            Chunk::DataEnd => match self.line()? {
-                None => return Ok(Step::More),
-                Some(line) if line.is_empty() => Chunk::Size,
-                Some(_) => return Err(Error::MalformedBody("chunk data longer than its size")),
-            },
-            Chunk::Trailer => match self.line()? {
-                None => return Ok(Step::More),
-                Some(line) if line.is_empty() => {
-                    self.reading = Reading::Done;
-                    return Ok(Step::Framing);
-                }
-                // A trailer field: not passed on.
-                Some(_) => Chunk::Trailer,
-            },
-        };
-        self.reading = Reading::Chunked(next);
-        Ok(Step::Framing)
-    }
-
-    /// The next line of chunk framing taken out of the buffer, without its line end
-    /// (CRLF or a bare LF); `None` until it is whole.
-    fn line(&mut self) -> Result<Option<Bytes>> {
-        let end = memchr::memchr(b'\n', &self.buf);
-        // Bounded whether the line is whole or not yet.
-        if end.unwrap_or(self.buf.len()) > MAX_CHUNK_LINE {
-            return Err(Error::MalformedBody("a chunk line over its size limit"));
-        }
-        let Some(end) = end else {
-            return Ok(None);
-        };
-        let mut line = self.take(end + 1);
-        line.truncate(end);
-        if line.last() == Some(&b'\r') {
-            line.truncate(end - 1);
-        }
-        // A CR that does not end the line: a front proxy may end the line there (RFC 9112
-        // §2.2), and so read the body differently.
-        if memchr::memchr(b'\r', &line).is_some() {
-            return Err(Error::MalformedBody("a bare CR in a chunk line"));
-        }
-        Ok(Some(line))
-    }
-
     /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a
     /// waiting connection keeps no allocation shared with bytes handed out.
     pub fn take(&mut self, count: usize) -> Bytes {
-        if count >= self.buf.len() {
-            std::mem::take(&mut self.buf).freeze()
-        } else {
-            self.buf.split_to(count).freeze()
-        }
+        take(&mut self.buf, count)
     }
 
     /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
@@ -322,6 +235,127 @@ impl MessageReader {
             0 => Err(Error::Closed("a body")),
             _ => Ok(()),
         }
+    }
+}
+
+/// What the bytes buffered so far give of a body.
+pub(super) enum Piece {
+    Data(Bytes),
+    /// The body was read whole (or there is none).
+    End,
+    /// The buffer ends inside the body: read more (or, for a body that ends with the
+    /// connection, find it closed).
+    More,
+}
+
+/// The next piece of a body out of `buf`, by `reading` (which it advances); nothing is
+/// read. The one body decoder, for a connection read by [`MessageReader`] and for the
+/// blocking client (`blocking_client.rs`).
+pub(super) fn next_piece(buf: &mut BytesMut, reading: &mut Reading) -> Result<Piece> {
+    loop {
+        match *reading {
+            Reading::Head | Reading::Done => return Ok(Piece::End),
+            Reading::Length(0) => {
+                *reading = Reading::Done;
+                return Ok(Piece::End);
+            }
+            Reading::Length(left) => {
+                if buf.is_empty() {
+                    return Ok(Piece::More);
+                }
+                let taken = take(buf, left.min(buf.len() as u64) as usize);
+                *reading = Reading::Length(left - taken.len() as u64);
+                return Ok(Piece::Data(taken));
+            }
+            Reading::UntilClose => {
+                if buf.is_empty() {
+                    return Ok(Piece::More);
+                }
+                return Ok(Piece::Data(take(buf, buf.len())));
+            }
+            Reading::Chunked(chunk) => match step_chunked(buf, reading, chunk)? {
+                Step::Data(data) => return Ok(Piece::Data(data)),
+                Step::Framing => {}
+                Step::More => return Ok(Piece::More),
+            },
+        }
+    }
+}
+
+/// One step through a chunked body's framing and data, on what is buffered.
+fn step_chunked(buf: &mut BytesMut, reading: &mut Reading, chunk: Chunk) -> Result<Step> {
+    let next = match chunk {
+        Chunk::Size => {
+            let Some(line) = line(buf)? else {
+                return Ok(Step::More);
+            };
+            match chunk_size(&line)? {
+                0 => Chunk::Trailer,
+                size => Chunk::Data(size),
+            }
+        }
+        Chunk::Data(left) => {
+            if buf.is_empty() {
+                return Ok(Step::More);
+            }
+            let data = take(buf, left.min(buf.len() as u64) as usize);
+            let left = left - data.len() as u64;
+            *reading = Reading::Chunked(match left {
+                0 => Chunk::DataEnd,
+                left => Chunk::Data(left),
+            });
+            return Ok(Step::Data(data));
+        }
+        Chunk::DataEnd => match line(buf)? {
+            None => return Ok(Step::More),
+            Some(line) if line.is_empty() => Chunk::Size,
+            Some(_) => return Err(Error::MalformedBody("chunk data longer than its size")),
+        },
+        Chunk::Trailer => match line(buf)? {
+            None => return Ok(Step::More),
+            Some(line) if line.is_empty() => {
+                *reading = Reading::Done;
+                return Ok(Step::Framing);
+            }
+            // A trailer field: not passed on.
+            Some(_) => Chunk::Trailer,
+        },
+    };
+    *reading = Reading::Chunked(next);
+    Ok(Step::Framing)
+}
+
+/// The next line of chunk framing taken out of `buf`, without its line end (CRLF or a
+/// bare LF); `None` until it is whole.
+fn line(buf: &mut BytesMut) -> Result<Option<Bytes>> {
+    let end = memchr::memchr(b'\n', buf);
+    // Bounded whether the line is whole or not yet.
+    if end.unwrap_or(buf.len()) > MAX_CHUNK_LINE {
+        return Err(Error::MalformedBody("a chunk line over its size limit"));
+    }
+    let Some(end) = end else {
+        return Ok(None);
+    };
+    let mut line = take(buf, end + 1);
+    line.truncate(end);
+    if line.last() == Some(&b'\r') {
+        line.truncate(end - 1);
+    }
+    // A CR that does not end the line: a front proxy may end the line there (RFC 9112
+    // §2.2), and so read the body differently.
+    if memchr::memchr(b'\r', &line).is_some() {
+        return Err(Error::MalformedBody("a bare CR in a chunk line"));
+    }
+    Ok(Some(line))
+}
+
+/// The first `count` bytes of `buf`, taken out. A buffer emptied is let go, so a waiting
+/// connection keeps no allocation shared with bytes handed out.
+fn take(buf: &mut BytesMut, count: usize) -> Bytes {
+    if count >= buf.len() {
+        std::mem::take(buf).freeze()
+    } else {
+        buf.split_to(count).freeze()
     }
 }
 

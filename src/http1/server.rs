@@ -218,7 +218,7 @@ impl Session {
     /// for it, and the wait then lasts until the caller stops polling.
     pub async fn client_gone(&mut self) -> Error {
         if self.half_closed {
-            return Error::Closed("an answer's wait");
+            return Error::Closed("the wait for an answer");
         }
         if self.next_request_read {
             return std::future::pending().await;
@@ -227,7 +227,7 @@ impl Session {
             Ok(0) => {
                 self.half_closed = true;
                 self.keepalive = false;
-                Error::Closed("an answer's wait")
+                Error::Closed("the wait for an answer")
             }
             Ok(_) => {
                 self.next_request_read = true;

@@ -6,15 +6,19 @@
 
 use super::app::App;
 use super::connection::{ClientConnection, ClientPolicy};
+use super::session::Session;
+use super::tls::{terminate, TlsStream};
 use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
+use crate::http2;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
-use pingora_core::protocols::{GetSocketDigest, SocketDigest};
+use pingora_core::protocols::{GetSocketDigest, SocketDigest, Ssl, ALPN};
 use pingora_core::server::ShutdownWatch;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -128,14 +132,23 @@ pub(super) async fn accept_loop<A>(
                 // Addresses are then looked up once per connection, not once per request.
                 stream.set_socket_digest(digest);
                 let connection = ClientConnection::accepted(&policy);
-                let stream: pingora_core::protocols::Stream = Box::new(BufferedStream::for_client(
-                    Box::new(stream),
-                    Arc::clone(&connection),
-                ));
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();
+                let tls = policy.tls.clone();
+                let http2 = Http2Choice {
+                    // Prior knowledge is for cleartext: over TLS, ALPN says.
+                    h2c: policy.h2c && tls.is_none(),
+                    settings: policy.http2.clone(),
+                };
                 tokio::spawn(async move {
-                    serve(app, stream, connection, &shutdown).await;
+                    // The TLS handshake, if any, runs here: never in the accept loop.
+                    let Some(stream) =
+                        terminate(tls.as_deref(), Box::new(stream), &connection).await
+                    else {
+                        return;
+                    };
+                    let stream = BufferedStream::for_client(stream, Arc::clone(&connection));
+                    serve_connection(app, stream, connection, http2, shutdown).await;
                     drop(place);
                 });
             }
@@ -148,6 +161,79 @@ pub(super) async fn accept_loop<A>(
     }
 }
 
+/// How a listener may serve HTTP/2.
+struct Http2Choice {
+    /// A cleartext connection that opens with the preface is HTTP/2 (`h2c`).
+    h2c: bool,
+    settings: http2::Settings,
+}
+
+/// Serves one connection: as HTTP/2 when its TLS handshake chose `h2` by ALPN, or, with
+/// `h2c`, when it opens with the HTTP/2 preface; else as HTTP/1.1.
+async fn serve_connection<A>(
+    app: Arc<A>,
+    mut stream: BufferedStream,
+    connection: Arc<ClientConnection>,
+    http2: Http2Choice,
+    shutdown: ShutdownWatch,
+) where
+    A: App,
+{
+    // A cleartext stream has no ALPN; a TLS one offers `h2` only when `http2` is set.
+    let chosen = stream.selected_alpn_proto() == Some(ALPN::H2)
+        || (http2.h2c && opens_with_preface(&mut stream).await);
+    if chosen {
+        return serve_http2(app, stream, connection, &http2.settings, shutdown).await;
+    }
+    serve(app, Box::new(stream), connection, &shutdown).await;
+}
+
+/// Whether the connection's first bytes are the HTTP/2 preface. They are read within the
+/// header deadline (a client that sends none reads as closed) and given back for the
+/// protocol's own reader: only as many as tell the two apart (an HTTP/1 request differs
+/// within its first three).
+async fn opens_with_preface(stream: &mut BufferedStream) -> bool {
+    let mut first = [0u8; http2::PREFACE.len()];
+    let mut read = 0;
+    while read < first.len() {
+        match stream.read(&mut first[read..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+        if first[..read] != http2::PREFACE[..read] {
+            break;
+        }
+    }
+    stream.unread(&first[..read]);
+    first == *http2::PREFACE
+}
+
+/// Serves an HTTP/2 connection: each stream a request of `app`, on a task of its own.
+async fn serve_http2<A>(
+    app: Arc<A>,
+    stream: BufferedStream,
+    connection: Arc<ClientConnection>,
+    settings: &http2::Settings,
+    shutdown: ShutdownWatch,
+) where
+    A: App,
+{
+    let socket = stream.get_socket_digest();
+    let tls = TlsStream::details_of(stream.inner()).cloned().map(Arc::new);
+    let watch = shutdown.clone();
+    http2::serve(stream, settings, socket, connection, watch, |stream| {
+        let app = Arc::clone(&app);
+        let shutdown = shutdown.clone();
+        let tls = tls.clone();
+        async move {
+            let mut session = Session::Http2(stream, tls);
+            app.serve(&mut session, &shutdown).await;
+            session.finish().await;
+        }
+    })
+    .await;
+}
+
 /// Serves one connection's requests, one after another, while it is kept alive. Pipelined
 /// requests are kept in the session's buffer and answered in order.
 async fn serve<A>(
@@ -158,7 +244,7 @@ async fn serve<A>(
 ) where
     A: App,
 {
-    let mut session = ServerSession::new(stream, connection.max_header_bytes);
+    let mut session = Session::Http1(ServerSession::new(stream, connection.max_header_bytes));
     if *shutdown.borrow() {
         session.disable_keepalive();
     }

@@ -1,7 +1,7 @@
 //! What a listener serves: the gateway's HTTP apps (the proxy, the admin listener, the
-//! echo backend), each called once per request with the connection's session.
+//! echo backend), each called once per request with the request's session.
 
-use crate::http1::server::Session as ServerSession;
+use super::session::Session;
 use pingora_core::server::ShutdownWatch;
 use std::future::Future;
 
@@ -14,10 +14,10 @@ use std::future::Future;
 pub trait App: Send + Sync + 'static {
     /// Serves the next request on `session` (its head not read yet); whether the
     /// connection may carry another (the listener then finishes the session and reads
-    /// again).
+    /// again; an HTTP/2 stream carries one request, whatever the answer).
     fn serve(
         &self,
-        session: &mut ServerSession,
+        session: &mut Session,
         shutdown: &ShutdownWatch,
     ) -> impl Future<Output = bool> + Send;
 }

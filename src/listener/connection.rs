@@ -26,19 +26,33 @@ pub struct ClientPolicy {
     pub idle_timeout: Duration,
     /// Connections open at once; past it the listener stops accepting until one closes.
     pub max_connections: usize,
-    /// Largest request head (`max_header_bytes`).
+    /// Largest request head (`max_header_bytes`), an HTTP/2 header list's too.
     pub max_header_bytes: usize,
+    /// A cleartext connection that opens with the HTTP/2 preface is served as HTTP/2
+    /// (`h2c`).
+    pub h2c: bool,
+    /// How HTTP/2 connections are set (`max_streams_per_connection`, ...).
+    pub http2: crate::http2::Settings,
+    /// TLS (`tls:`, `admin_tls:`); `None`: cleartext.
+    pub tls: Option<Arc<super::tls::Terminator>>,
 }
 
 impl ClientPolicy {
     /// The defaults of `client_header_timeout`, `client_idle_timeout`, `max_connections`
     /// and `max_header_bytes`.
     pub fn standard() -> Self {
+        let max_header_bytes = crate::http1::server::DEFAULT_MAX_HEAD_BYTES;
         ClientPolicy {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
-            max_header_bytes: crate::http1::server::DEFAULT_MAX_HEAD_BYTES,
+            max_header_bytes,
+            h2c: false,
+            http2: crate::http2::Settings::new(
+                crate::http2::DEFAULT_MAX_CONCURRENT_STREAMS,
+                max_header_bytes,
+            ),
+            tls: None,
         }
     }
 }
@@ -52,6 +66,9 @@ enum Phase {
     Head { until: Instant },
     /// The head was read: the request path's own timeouts apply.
     Request,
+    /// HTTP/2, no stream open: the connection closes at `until` unless one opens (bytes
+    /// that open none, a `PING` or a window update, do not keep it).
+    Quiet { until: Instant },
 }
 
 /// One client connection's state, shared by its stream, its listener loop and the request
@@ -84,7 +101,7 @@ impl ClientConnection {
     /// The time reads must complete by now, if any.
     pub fn read_deadline(&self) -> Option<Instant> {
         match *self.phase() {
-            Phase::Idle { until } | Phase::Head { until } => Some(until),
+            Phase::Idle { until } | Phase::Head { until } | Phase::Quiet { until } => Some(until),
             Phase::Request => None,
         }
     }
@@ -112,6 +129,20 @@ impl ClientConnection {
     }
 }
 
+/// An HTTP/2 connection's streams move its deadlines: none while a stream is open, the
+/// idle timeout while none is (the header timeout, from the accept, until the first).
+impl crate::http2::Activity for ClientConnection {
+    fn busy(&self) {
+        self.request_started();
+    }
+
+    fn idle(&self) {
+        *self.phase() = Phase::Quiet {
+            until: Instant::now() + self.idle_timeout,
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +153,9 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             max_connections: 1,
             max_header_bytes: 1024,
+            h2c: false,
+            http2: crate::http2::Settings::new(1, 1024),
+            tls: None,
         }
     }
 
@@ -156,6 +190,27 @@ mod tests {
             connection.read_deadline(),
             Some(start + Duration::from_secs(15)),
             "more bytes of the same head do not extend it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_without_streams_closes_at_the_idle_timeout() {
+        use crate::http2::Activity;
+        let connection = ClientConnection::accepted(&policy());
+        let start = Instant::now();
+        connection.busy();
+        assert_eq!(
+            connection.read_deadline(),
+            None,
+            "no deadline while a stream is open"
+        );
+        connection.idle();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        connection.bytes_read();
+        assert_eq!(
+            connection.read_deadline(),
+            Some(start + Duration::from_secs(60)),
+            "frames that open no stream (a PING) do not keep an idle connection"
         );
     }
 }

@@ -65,7 +65,8 @@ pub struct BufferedStream {
     client: Option<Arc<ClientConnection>>,
     /// Fires at the client connection's read deadline.
     timer: Option<Pin<Box<Sleep>>>,
-    /// Upstream connection: answer bytes read while a write was blocked, served first.
+    /// Bytes read ahead, served first: on an upstream connection, answer bytes read while
+    /// a write was blocked; on a client connection, its first bytes given back.
     read_ahead: Vec<u8>,
 }
 
@@ -83,6 +84,12 @@ impl BufferedStream {
         }
     }
 
+    /// Bytes already read from the connection (its first, to tell HTTP/2 from HTTP/1)
+    /// given back: the next reads return them first.
+    pub fn unread(&mut self, bytes: &[u8]) {
+        self.read_ahead.splice(0..0, bytes.iter().copied());
+    }
+
     /// The client connection a stream belongs to, if it is one.
     pub fn client_connection(stream: &Stream) -> Option<&Arc<ClientConnection>> {
         stream
@@ -90,6 +97,11 @@ impl BufferedStream {
             .downcast_ref::<BufferedStream>()?
             .client
             .as_ref()
+    }
+
+    /// The stream under the buffer.
+    pub(in crate::listener) fn inner(&self) -> &Stream {
+        &self.inner
     }
 
     pub fn with_read_count(inner: Stream, read_count: ReadCount) -> Self {

@@ -8,7 +8,7 @@ use super::translation;
 use super::{Proxy, SERVED_MODEL};
 use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::EndpointType;
-use crate::http1::server::Session;
+use crate::listener::Session;
 use crate::response_id::IdIssuer;
 use crate::upstream::{self, Delivery, Dispatch, RequestBody, Stored};
 use std::sync::Arc;

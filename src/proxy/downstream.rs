@@ -5,9 +5,9 @@
 use super::context::{Failure, RequestContext};
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
-use crate::http1::server::Session;
 use crate::http1::Error;
 use crate::limits::{rate_headers, token_headers};
+use crate::listener::Session;
 use crate::multipart::{Form, Scanner};
 use crate::request_body::ModelRequest;
 use crate::respond::{ErrorShape, LocalResponse};

@@ -6,7 +6,7 @@ use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::http1::server::Session;
+use crate::listener::Session;
 use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
@@ -147,6 +147,7 @@ pub(super) fn log_request(
         None if status == 429 => ctx.exchange.upstream_retry_after,
         None => None,
     };
+    let tls = session.tls();
     let record = AccessRecord {
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
@@ -155,6 +156,7 @@ pub(super) fn log_request(
         method: request.method.as_str(),
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
+        http_version: session.http_version(),
         key,
         key_owner: ctx.key.as_ref().and_then(|k| k.owner.as_deref()),
         key_labels: ctx
@@ -198,6 +200,8 @@ pub(super) fn log_request(
         output_tokens: ctx.exchange.usage.map(|u| u.output),
         reserved_tokens: ctx.reserved_tokens,
         cost_usd: ctx.cost_micros,
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
     };
     log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), status, duration_ms = record.duration_ms; "request finished");
     gateway.access_log.write(&record);
@@ -271,6 +275,7 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         .with_label_values(&[UNKNOWN, UNKNOWN, &response.status.to_string()])
         .inc();
     let catalog = gateway.catalog();
+    let tls = session.tls();
     gateway.access_log.write(&AccessRecord {
         ts: now_rfc3339(),
         environment: &catalog.environment,
@@ -278,10 +283,13 @@ pub(super) async fn refuse_head(gateway: &Gateway, session: &mut Session, error:
         method: "",
         path: "",
         host: "",
+        http_version: session.http_version(),
         status: response.status,
         bytes_out: response.body.len(),
         error_code: Some(error.code()),
         error_message: Some(error.message()),
+        tls_version: tls.map(|t| t.version),
+        tls_client_subject: tls.and_then(|t| t.client_subject.as_deref()),
         ..AccessRecord::default()
     });
 }

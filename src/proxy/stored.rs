@@ -8,7 +8,7 @@ use super::{Destination, Proxy};
 use crate::catalog::{Catalog, Key, Model};
 use crate::endpoint::EndpointType;
 use crate::error::RequestError;
-use crate::http1::server::Session;
+use crate::listener::Session;
 use crate::percent::percent_encode;
 use crate::response_id::{IdIssuer, StoredResponseId};
 use crate::route::StoredAction;

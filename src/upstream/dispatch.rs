@@ -16,7 +16,7 @@ use crate::catalog::{Model, Upstream};
 use crate::config::StreamUsage;
 use crate::endpoint::UpstreamApi;
 use crate::error::RequestError;
-use crate::http1::server::Session;
+use crate::listener::Session;
 use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::respond::ErrorShape;

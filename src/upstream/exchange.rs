@@ -28,8 +28,8 @@ use crate::catalog::Upstream;
 use crate::error::RequestError;
 use crate::http1::client::Http1;
 use crate::http1::framing::Framing;
-use crate::http1::server::Session;
 use crate::http1::sse::EventReader;
+use crate::listener::Session;
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -290,7 +290,7 @@ pub(super) async fn exchange(
         return Outcome::ClientGone(e);
     }
     if measured.event_stream {
-        crate::http1::answer::slim_request_header(session);
+        crate::http1::answer::slim_request_header(session.req_header_mut());
     }
     let (written, rest) = match held {
         Some(Held::Whole(body)) => (write_body(session, measured, body).await, false),

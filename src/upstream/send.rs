@@ -10,9 +10,9 @@ use super::verdict::{
 };
 use crate::error::RequestError;
 use crate::http1::client::{Head, Http1};
-use crate::http1::server::Session;
 use crate::http1::Error;
 use crate::listener::BufferedStream;
+use crate::listener::Session;
 use pingora_core::protocols::Stream;
 use std::pin::Pin;
 use std::task::Poll;

@@ -59,9 +59,14 @@ impl Response {
     }
 }
 
+/// What a [`Conn`] reads and writes: a TCP socket, or a TLS stream over one.
+pub trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
+
 /// One client connection.
 pub struct Conn {
-    socket: TcpStream,
+    socket: Box<dyn Transport>,
     buffer: Vec<u8>,
 }
 
@@ -86,8 +91,13 @@ impl Conn {
             .await
             .expect("connect to the gateway");
         socket.set_nodelay(true).unwrap();
+        Conn::over(socket)
+    }
+
+    /// A connection over a stream the caller opened (a TLS client's).
+    pub fn over(socket: impl Transport + 'static) -> Conn {
         Conn {
-            socket,
+            socket: Box::new(socket),
             buffer: Vec::new(),
         }
     }

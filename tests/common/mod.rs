@@ -6,11 +6,13 @@
 pub mod budget;
 pub mod client;
 pub mod gateway;
+pub mod h2_client;
 pub mod mock;
 pub mod otlp;
 pub mod process;
 pub mod promql;
 pub mod redis_server;
+pub mod tls;
 pub mod usage;
 
 pub use client::*;
@@ -18,4 +20,5 @@ pub use gateway::*;
 pub use mock::*;
 pub use otlp::*;
 pub use process::*;
+pub use tls::*;
 pub use usage::*;

@@ -231,7 +231,7 @@ fn a_refused_credential_a_departed_client_and_a_cut_stream_stay_where_they_are()
         ),
         (HealthEffect::Unchanged, Next::Return)
     );
-    let gone = Outcome::ClientGone(Error::Closed("an answer's wait"));
+    let gone = Outcome::ClientGone(Error::Closed("the wait for an answer"));
     assert_eq!(
         verdict(&gone, &all, everywhere),
         (HealthEffect::Unchanged, Next::Return)
