@@ -98,13 +98,13 @@ impl Proxy {
         );
         log::trace!(target: "sluice::request", request_id = ctx.request_id.as_str(), method = request.method.as_str(); "request received");
         if let Some(telemetry) = &self.gateway.telemetry {
-            ctx.trace = Some(telemetry.request(RequestStart {
+            ctx.trace = Some(Box::new(telemetry.request(RequestStart {
                 headers: &request.headers,
                 method: request.method.as_str(),
                 path: request.uri.path(),
                 request_id: &ctx.request_id,
                 started: SystemTime::now() - ctx.started.elapsed(),
-            }));
+            })));
         }
 
         // 1. Host, then route.

@@ -65,7 +65,8 @@ pub struct RequestContext {
     pub(super) shared_count: Option<Permit>,
     pub(super) in_flight: Option<InFlight>,
     /// The request's server span, when tracing is configured; it ends at the log line.
-    pub(super) trace: Option<RequestTrace>,
+    /// Boxed: ~300 bytes that an untraced request, and every idle stream, would carry.
+    pub(super) trace: Option<Box<RequestTrace>>,
     /// The envelope of the gateway's own errors: Anthropic's on the Messages routes.
     pub(super) error_shape: ErrorShape,
 }

@@ -66,7 +66,7 @@ impl Proxy {
                 retry_attempts: catalog.retry_attempts,
                 retry_backoff: catalog.retry_backoff,
                 fallback_follows: tried + 1 < models.len(),
-                trace: ctx.trace.as_ref(),
+                trace: ctx.trace.as_deref(),
                 operation,
                 translation,
                 error_shape: ctx.error_shape,

@@ -152,7 +152,7 @@ pub(super) fn log_request(
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
         request_id: &ctx.request_id,
-        trace_id: ctx.trace.as_ref().map(RequestTrace::trace_id),
+        trace_id: ctx.trace.as_deref().map(RequestTrace::trace_id),
         method: request.method.as_str(),
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),
