@@ -19,7 +19,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -94,7 +94,17 @@ pub async fn listen_bounded<A>(
 where
     A: App,
 {
-    let listener = TcpListener::bind(addr).await?;
+    // The same queue as the per-core listeners: `TcpListener::bind`'s 128 overflowed when
+    // a gateway opened a few hundred connections at once to the echo backend (the kernel
+    // dropped them, and their SYNs came back a second later: benches/README.md).
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(super::workers::BACKLOG)?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(accept_loop(listener, app, policy, open, shutdown));
     Ok((bound, task))

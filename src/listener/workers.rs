@@ -16,7 +16,7 @@ use tokio::net::TcpSocket;
 use tokio::sync::{oneshot, watch};
 
 /// Connections the kernel queues per listener before one is accepted.
-const BACKLOG: u32 = 4096;
+pub(super) const BACKLOG: u32 = 4096;
 
 /// The running workers' threads.
 pub struct Workers {
