@@ -307,17 +307,10 @@ pub(super) fn ca_file(errors: &mut Errors, field: &str, name: &str) -> Option<Ca
 
 fn read_ca_file(path: &std::path::Path) -> Result<CaFile, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut certificates = Vec::new();
-    for item in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let der =
-            item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
-        // pingora's parser panics on a bad certificate: check it with the same parser first.
-        x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| format!("{}: a certificate does not parse: {e}", path.display()))?;
-        certificates.push(der.to_vec());
-    }
-    if certificates.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
-    }
+    // pingora's parser panics on a bad certificate: each is checked with the same parser.
+    let certificates = crate::listener::tls::certificates_in(&pem, path)?
+        .iter()
+        .map(|der| der.to_vec())
+        .collect();
     Ok(CaFile { pem, certificates })
 }

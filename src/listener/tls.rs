@@ -18,7 +18,7 @@ mod stream;
 mod subject;
 mod terminator;
 
-pub use certificate::{load_client_roots, Certificate, CertificateError, Culprit};
+pub use certificate::{certificates_in, load_client_roots, Certificate, CertificateError, Culprit};
 pub use resolver::SniResolver;
 pub use stream::{TlsDetails, TlsStream};
 pub use terminator::{MinVersion, Terminator, TlsSettings, ALPN_H2, ALPN_HTTP1, FAILURE_REASONS};

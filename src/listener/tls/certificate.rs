@@ -170,9 +170,14 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Every certificate of a PEM file, at least one, each checked to parse.
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read_pem(path)?;
+    certificates_in(&read_pem(path)?, path)
+}
+
+/// Every certificate of `pem` (the text of the file at `path`, named in errors), at least
+/// one, each checked to parse with the parser pingora's would panic on.
+pub fn certificates_in(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let mut certificates = Vec::new();
-    for item in rustls_pemfile::certs(&mut pem.as_slice()) {
+    for item in rustls_pemfile::certs(&mut &pem[..]) {
         let der =
             item.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
         x509_parser::parse_x509_certificate(&der)
