@@ -28,7 +28,10 @@ use tokio::net::TcpStream;
 use tokio::sync::Barrier;
 
 #[derive(Parser, Debug)]
-#[command(about = "Many SSE streams at once: first-event and last-event times per stream")]
+#[command(
+    name = "stream_client",
+    about = "Many SSE streams at once: first-event and last-event times per stream"
+)]
 struct Options {
     /// Where to send the streams (HTTP/1.1, cleartext). Without it: this usage, exit 0.
     #[arg(long)]
@@ -66,6 +69,8 @@ struct Options {
 /// One stream's times, from its request's write.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
+    /// When its request's write began.
+    started: Instant,
     first_event: Duration,
     last_event: Duration,
     longest_gap: Duration,
@@ -131,6 +136,7 @@ async fn run(target: SocketAddr, options: Options) -> ExitCode {
         let mut summary = summarize(&results, options.stall);
         summary["backend_connections_at_start"] = json!(backend_connections);
         summary["client_cpu_ms"] = json!(cpu.map(|ns| round3(ns as f64 / 1e6)));
+        summary["write_spread_ms"] = json!(write_spread(&results));
         let failed = summary["failed"] != json!(0);
         rounds.push((results, summary));
         if failed {
@@ -272,6 +278,7 @@ async fn stream(connection: &mut Connection, request: &[u8]) -> Result<Sample, F
                 return Err(Failure::NoDone);
             };
             return Ok(Sample {
+                started,
                 first_event: first - started,
                 last_event: done - started,
                 longest_gap,
@@ -303,6 +310,19 @@ fn summarize(results: &[Result<Sample, Failure>], stall: Duration) -> Value {
         "last_event_ms": quantiles(|s| s.last_event),
         "longest_gap_ms": quantiles(|s| s.longest_gap),
     })
+}
+
+/// From the round's first request write to its last, in milliseconds: how long the client
+/// took to start every stream. Each stream's times begin at its own write, but an answer
+/// that comes while the client is still writing waits to be read.
+fn write_spread(results: &[Result<Sample, Failure>]) -> Option<f64> {
+    let started = || {
+        results
+            .iter()
+            .filter_map(|r| Some(r.as_ref().ok()?.started))
+    };
+    let spread = started().max()? - started().min()?;
+    Some(round3(spread.as_secs_f64() * 1e3))
 }
 
 fn round3(value: f64) -> f64 {
