@@ -33,7 +33,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use prometheus::IntCounter;
 use span::{Parent, Recording};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Longest text attribute value exported (`url.path`, a model name as the client wrote
 /// it...), in characters: a client's text never makes a span larger than this.
@@ -42,6 +42,12 @@ pub const MAX_ATTRIBUTE_CHARS: usize = 512;
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest the export thread gets at shutdown to send what is queued.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Attributes a server span and an attempt's span can have: their records start with room
+/// for them all.
+const SERVER_ATTRIBUTES: usize = 14;
+const ATTEMPT_ATTRIBUTES: usize = 13;
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 /// The gateway's tracer, built once in `main` (or by a test) from `tracing:`.
 pub struct Telemetry {
@@ -57,7 +63,7 @@ pub struct RequestStart<'a> {
     pub path: &'a str,
     pub request_id: &'a str,
     /// When the request's head arrived.
-    pub started: SystemTime,
+    pub started: Instant,
 }
 
 impl Telemetry {
@@ -134,7 +140,8 @@ impl Telemetry {
             }),
             capped(start.method),
             SpanKind::Server,
-            start.started,
+            SystemTime::now() - start.started.elapsed(),
+            SERVER_ATTRIBUTES,
         );
         if let Some(linked) = linked {
             span.link(&linked);
@@ -163,7 +170,7 @@ impl Telemetry {
 
 /// The caller's span, from a valid `traceparent` (and its `tracestate`); none without one.
 fn incoming(headers: &http::HeaderMap) -> Option<SpanContext> {
-    if !headers.contains_key("traceparent") {
+    if !headers.contains_key(TRACEPARENT) {
         return None;
     }
     let context = TraceContextPropagator::new().extract(&Headers(headers));

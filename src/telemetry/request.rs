@@ -66,17 +66,19 @@ impl RequestTrace {
 
     /// The trace ID in lower-case hex, for the access log.
     pub fn trace_id(&self) -> String {
-        let mut hex = String::with_capacity(32);
-        push_hex(&mut hex, &self.context.trace_id().to_bytes());
-        hex
+        let mut hex = [0; 32];
+        write_hex(&mut hex, &self.context.trace_id().to_bytes());
+        ascii(&hex)
     }
 
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
     /// names stay few whatever IDs the paths carry.
-    pub fn set_route(&mut self, method: &str, route: &str) {
+    /// `route` is only called for a sampled request.
+    pub fn set_route(&mut self, method: &str, route: impl FnOnce() -> String) {
         if let Some(span) = &mut self.span {
-            span.rename(capped(&format!("{method} {route}")));
-            span.text("http.route", route.to_owned());
+            let route = route();
+            span.rename(capped(&joined(method, &route)));
+            span.text("http.route", route);
         }
     }
 
@@ -102,9 +104,10 @@ impl RequestTrace {
                 id: self.context.span_id(),
                 remote: false,
             },
-            format!("{} {}", start.operation, start.request_model),
+            joined(start.operation, start.request_model),
             SpanKind::Client,
             SystemTime::now(),
+            super::ATTEMPT_ATTRIBUTES,
         );
         let (address, port) = host_and_port(start.server);
         span.text("gen_ai.operation.name", start.operation.to_owned());
@@ -223,6 +226,15 @@ fn set_usage(span: &mut Recording, usage: Option<Usage>) {
     }
 }
 
+/// `first second`: a span name (without `format!`'s machinery, on every sampled request).
+fn joined(first: &str, second: &str) -> String {
+    let mut name = String::with_capacity(first.len() + 1 + second.len());
+    name.push_str(first);
+    name.push(' ');
+    name.push_str(second);
+    name
+}
+
 /// `host` and `port` of `host[:port]` (an IPv6 host in brackets keeps them).
 fn host_and_port(authority: &str) -> (&str, Option<u16>) {
     match authority.rsplit_once(':') {
@@ -242,18 +254,15 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
     if !context.is_valid() {
         return Vec::new();
     }
-    let mut parent = String::with_capacity(55);
-    parent.push_str("00-");
-    push_hex(&mut parent, &context.trace_id().to_bytes());
-    parent.push('-');
-    push_hex(&mut parent, &context.span_id().to_bytes());
-    parent.push('-');
+    let mut parent = *b"00-0123456789abcdef0123456789abcdef-0123456789abcdef-00";
+    write_hex(&mut parent[3..35], &context.trace_id().to_bytes());
+    write_hex(&mut parent[36..52], &context.span_id().to_bytes());
     // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
-    push_hex(
-        &mut parent,
+    write_hex(
+        &mut parent[53..],
         &[(context.trace_flags() & TraceFlags::SAMPLED).to_u8()],
     );
-    let mut fields = vec![("traceparent", parent)];
+    let mut fields = vec![("traceparent", ascii(&parent))];
     let state = context.trace_state().header();
     // An empty `tracestate` says nothing: not sent.
     if !state.is_empty() {
@@ -262,13 +271,18 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
     fields
 }
 
-/// Appends `bytes` in lower-case hex.
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// Writes `bytes` in lower-case hex into `out`, two digits a byte.
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    for (i, &byte) in bytes.iter().enumerate().take(out.len() / 2) {
+        out[2 * i] = DIGITS[usize::from(byte >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
     }
+}
+
+/// ASCII bytes as a `String` (hex digits and dashes: always valid).
+fn ascii(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ impl Recording {
         name: String,
         kind: SpanKind,
         started: SystemTime,
+        attributes: usize,
     ) -> Recording {
         let remote = parent.as_ref().is_some_and(|p| p.remote);
         let span = Span {
@@ -45,6 +46,7 @@ impl Recording {
             name,
             kind: kind as i32,
             start_time_unix_nano: nanos(started),
+            attributes: Vec::with_capacity(attributes),
             // Unset until it fails: OTLP's default status, sent like the SDK sent it.
             status: Some(Status::default()),
             ..Span::default()
@@ -63,8 +65,17 @@ impl Recording {
         name: String,
         kind: SpanKind,
         started: SystemTime,
+        attributes: usize,
     ) -> Recording {
-        Recording::start(&self.queue, context, Some(parent), name, kind, started)
+        Recording::start(
+            &self.queue,
+            context,
+            Some(parent),
+            name,
+            kind,
+            started,
+            attributes,
+        )
     }
 
     pub(super) fn rename(&mut self, name: String) {
