@@ -43,10 +43,6 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest the export thread gets at shutdown to send what is queued.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Attributes a server span and an attempt's span can have: their records start with room
-/// for them all.
-const SERVER_ATTRIBUTES: usize = 14;
-const ATTEMPT_ATTRIBUTES: usize = 13;
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 /// The gateway's tracer, built once in `main` (or by a test) from `tracing:`.
@@ -138,17 +134,16 @@ impl Telemetry {
                 id: p.span_id(),
                 remote: true,
             }),
-            capped(start.method),
+            &[start.method],
             SpanKind::Server,
             SystemTime::now() - start.started.elapsed(),
-            SERVER_ATTRIBUTES,
         );
         if let Some(linked) = linked {
             span.link(&linked);
         }
-        span.text("http.request.method", capped(start.method));
-        span.text("url.path", capped(start.path));
-        span.text("sluice.request_id", start.request_id.to_owned());
+        span.text("http.request.method", start.method);
+        span.text("url.path", start.path);
+        span.text("sluice.request_id", start.request_id);
         RequestTrace::new(context, Some(span))
     }
 
@@ -192,9 +187,9 @@ impl Extractor for Headers<'_> {
 }
 
 /// `text` cut to [`MAX_ATTRIBUTE_CHARS`] characters, for a span name or attribute.
-fn capped(text: &str) -> String {
+fn capped(text: &str) -> &str {
     match text.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
-        Some((end, _)) => text[..end].to_owned(),
-        None => text.to_owned(),
+        Some((end, _)) => &text[..end],
+        None => text,
     }
 }

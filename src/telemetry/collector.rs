@@ -50,16 +50,15 @@ struct Failure {
 }
 
 impl Collector {
-    /// Posts `spans`, retrying a try that failed on the network or with 429, 502, 503 or
-    /// 504 until [`Collector::timeout`] has passed. `Ok` has how many spans the collector
-    /// said it rejected (a partial success).
-    pub(super) fn export(&self, spans: Vec<Span>) -> Result<u64, String> {
+    /// Posts an export, retrying a try that failed on the network or with 429, 502, 503
+    /// or 504 until [`Collector::timeout`] has passed. `Ok` has how many spans the
+    /// collector said it rejected (a partial success).
+    pub(super) fn export(&self, request: &Request<Bytes>) -> Result<u64, String> {
         let started = Instant::now();
-        let request = self.request(spans)?;
         let mut delay = FIRST_RETRY_DELAY;
         let mut retries = 0;
         loop {
-            let failure = match self.post(&request) {
+            let failure = match self.post(request) {
                 Ok(rejected) => return Ok(rejected),
                 Err(failure) => failure,
             };
@@ -73,9 +72,9 @@ impl Collector {
         }
     }
 
-    /// The POST of one batch: the resource and scope once, the spans moved in.
-    fn request(&self, spans: Vec<Span>) -> Result<Request<Bytes>, String> {
-        let export = ExportTraceServiceRequest {
+    /// The POST of one batch, the resource and scope once, encoded; `spans` come back.
+    pub(super) fn request(&self, spans: Vec<Span>) -> (Result<Request<Bytes>, String>, Vec<Span>) {
+        let mut export = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: Some(self.resource.clone()),
                 scope_spans: vec![ScopeSpans {
@@ -89,15 +88,25 @@ impl Collector {
                 schema_url: self.resource_schema.clone(),
             }],
         };
-        let mut request = Request::post(self.endpoint.clone())
+        let body = Bytes::from(export.encode_to_vec());
+        let spans = export
+            .resource_spans
+            .pop()
+            .and_then(|mut resource| resource.scope_spans.pop())
+            .map(|scope| scope.spans)
+            .unwrap_or_default();
+        let request = Request::post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/x-protobuf")
             .header(USER_AGENT, concat!("sluice/", env!("CARGO_PKG_VERSION")))
-            .body(Bytes::from(export.encode_to_vec()))
-            .map_err(|e| e.to_string())?;
-        for (name, value) in &self.headers {
-            request.headers_mut().insert(name.clone(), value.clone());
-        }
-        Ok(request)
+            .body(body)
+            .map_err(|e| e.to_string())
+            .map(|mut request| {
+                for (name, value) in &self.headers {
+                    request.headers_mut().insert(name.clone(), value.clone());
+                }
+                request
+            });
+        (request, spans)
     }
 
     fn post(&self, request: &Request<Bytes>) -> Result<u64, Failure> {

@@ -1,13 +1,14 @@
 //! The export queue: ended spans go into a bounded queue without waiting, and one thread
 //! sends them to the collector in batches. A request never waits on the collector: when the
 //! queue is full (the collector is down or slow) a span is dropped and counted, and so are
-//! the spans of a batch whose export failed (`sluice_trace_spans_dropped_total`).
+//! the spans of a batch whose export failed (`sluice_trace_spans_dropped_total`). Once a
+//! batch is encoded, its messages go to a pool for the next spans to be written over.
 
 use super::collector::Collector;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prometheus::IntCounter;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,11 +16,13 @@ use std::time::{Duration, Instant};
 pub(super) const QUEUE_SPANS: usize = 2048;
 /// Spans sent in one export.
 const BATCH_SPANS: usize = 512;
+/// Most encoded messages kept for reuse (a batch's worth).
+const POOL_SPANS: usize = BATCH_SPANS;
 /// Longest a span waits for a batch to fill before it is sent anyway.
 const BATCH_DELAY: Duration = Duration::from_secs(1);
 
 /// What the export thread is told.
-enum Message {
+pub(super) enum Message {
     Span(Box<Span>),
     /// Send everything queued so far, then answer.
     Flush(SyncSender<()>),
@@ -32,6 +35,11 @@ pub(super) struct ExportQueue {
     sender: RwLock<Option<SyncSender<Message>>>,
     done: Mutex<Option<Receiver<()>>>,
     dropped: IntCounter,
+    /// Messages already encoded, to be written over.
+    pool: Arc<Mutex<Vec<Box<Span>>>>,
+    /// A test's queue has no thread: what is queued stays here.
+    #[cfg(test)]
+    queued: Mutex<Option<Receiver<Message>>>,
 }
 
 impl ExportQueue {
@@ -40,17 +48,64 @@ impl ExportQueue {
         let (sender, queue) = mpsc::sync_channel(QUEUE_SPANS);
         let (finished, done) = mpsc::sync_channel(1);
         let counter = dropped.clone();
+        let pool = Arc::new(Mutex::new(Vec::new()));
+        let refill = Arc::clone(&pool);
         thread::Builder::new()
             .name("sluice-trace-export".into())
             .spawn(move || {
-                run(&collector, &queue, &counter);
+                run(&collector, &queue, &counter, &refill);
                 let _ = finished.send(());
             })?;
         Ok(ExportQueue {
             sender: RwLock::new(Some(sender)),
             done: Mutex::new(Some(done)),
             dropped,
+            pool,
+            #[cfg(test)]
+            queued: Mutex::new(None),
         })
+    }
+
+    /// A queue with no export thread, whose spans stay queued for the test to read.
+    #[cfg(test)]
+    pub(super) fn idle() -> Self {
+        let (sender, queue) = mpsc::sync_channel(QUEUE_SPANS);
+        ExportQueue {
+            sender: RwLock::new(Some(sender)),
+            done: Mutex::new(None),
+            dropped: IntCounter::new("dropped", "dropped").unwrap_or_else(|_| unreachable!()),
+            pool: Arc::new(Mutex::new(Vec::new())),
+            queued: Mutex::new(Some(queue)),
+        }
+    }
+
+    /// The spans queued so far (a test's idle queue).
+    #[cfg(test)]
+    pub(super) fn queued(&self) -> Vec<Box<Span>> {
+        let queue = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        queue
+            .as_ref()
+            .map(|queue| {
+                queue
+                    .try_iter()
+                    .filter_map(|message| match message {
+                        Message::Span(span) => Some(span),
+                        Message::Flush(_) => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Gives encoded messages back to the pool (a test's idle queue).
+    #[cfg(test)]
+    pub(super) fn recycle(&self, spans: Vec<Box<Span>>) {
+        refill(&self.pool, spans.into_iter());
+    }
+
+    /// A message to write a span over, if one is free.
+    pub(super) fn recycled(&self) -> Option<Box<Span>> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
 
     fn sender(&self) -> Option<SyncSender<Message>> {
@@ -103,46 +158,66 @@ impl ExportQueue {
 
 /// The export thread: batches of up to [`BATCH_SPANS`], each sent when full, when its
 /// first span has waited [`BATCH_DELAY`], on a flush, and at the end.
-fn run(collector: &Collector, queue: &Receiver<Message>, dropped: &IntCounter) {
-    let mut batch: Vec<Span> = Vec::with_capacity(BATCH_SPANS);
+fn run(
+    collector: &Collector,
+    queue: &Receiver<Message>,
+    dropped: &IntCounter,
+    pool: &Mutex<Vec<Box<Span>>>,
+) {
+    let mut batch: Vec<Box<Span>> = Vec::with_capacity(BATCH_SPANS);
     let mut first_at: Option<Instant> = None;
     loop {
         let wait = first_at.map_or(BATCH_DELAY, |at| BATCH_DELAY.saturating_sub(at.elapsed()));
         match queue.recv_timeout(wait) {
             Ok(Message::Span(span)) => {
-                batch.push(*span);
+                batch.push(span);
                 first_at.get_or_insert_with(Instant::now);
                 if batch.len() >= BATCH_SPANS {
-                    send(collector, &mut batch, dropped);
+                    send(collector, &mut batch, dropped, pool);
                     first_at = None;
                 }
             }
             Ok(Message::Flush(answer)) => {
-                send(collector, &mut batch, dropped);
+                send(collector, &mut batch, dropped, pool);
                 first_at = None;
                 let _ = answer.send(());
             }
             Err(RecvTimeoutError::Timeout) => {
-                send(collector, &mut batch, dropped);
+                send(collector, &mut batch, dropped, pool);
                 first_at = None;
             }
             Err(RecvTimeoutError::Disconnected) => {
-                send(collector, &mut batch, dropped);
+                send(collector, &mut batch, dropped, pool);
                 return;
             }
         }
     }
 }
 
-/// Exports and empties `batch`; a failed export's spans are counted as dropped, and so are
-/// those a collector says it rejected.
-fn send(collector: &Collector, batch: &mut Vec<Span>, dropped: &IntCounter) {
+/// Exports and empties `batch`, its messages then back in `pool`; a failed export's spans
+/// are counted as dropped, and so are those a collector says it rejected.
+fn send(
+    collector: &Collector,
+    batch: &mut Vec<Box<Span>>,
+    dropped: &IntCounter,
+    pool: &Mutex<Vec<Box<Span>>>,
+) {
     if batch.is_empty() {
         return;
     }
     let count = batch.len() as u64;
-    let spans = std::mem::replace(batch, Vec::with_capacity(BATCH_SPANS));
-    match collector.export(spans) {
+    // The messages move into the request and back, their boxes kept for the pool.
+    let spans: Vec<Span> = batch
+        .iter_mut()
+        .map(|span| std::mem::take(&mut **span))
+        .collect();
+    let (request, spans) = collector.request(spans);
+    for (boxed, span) in batch.iter_mut().zip(spans) {
+        **boxed = span;
+    }
+    refill(pool, batch.drain(..));
+    let sent = request.and_then(|request| collector.export(&request));
+    match sent {
         Ok(0) => {}
         Ok(rejected) => {
             dropped.inc_by(rejected);
@@ -153,4 +228,11 @@ fn send(collector: &Collector, batch: &mut Vec<Span>, dropped: &IntCounter) {
             log::debug!(target: "sluice::telemetry", spans = count, error:% = e; "trace export failed; spans dropped");
         }
     }
+}
+
+/// Keeps `spans` for reuse, up to [`POOL_SPANS`].
+fn refill(pool: &Mutex<Vec<Box<Span>>>, spans: impl Iterator<Item = Box<Span>>) {
+    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+    let room = POOL_SPANS.saturating_sub(pool.len());
+    pool.extend(spans.take(room));
 }

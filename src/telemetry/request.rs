@@ -3,8 +3,8 @@
 //! siblings under the server span). A span dropped unfinished (a task cancelled at shutdown)
 //! still ends and is exported.
 
+use super::sampling;
 use super::span::{Parent, Recording};
-use super::{capped, sampling};
 use crate::usage::Usage;
 use opentelemetry::trace::{SpanContext, TraceFlags};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -77,8 +77,8 @@ impl RequestTrace {
     pub fn set_route(&mut self, method: &str, route: impl FnOnce() -> String) {
         if let Some(span) = &mut self.span {
             let route = route();
-            span.rename(capped(&joined(method, &route)));
-            span.text("http.route", route);
+            span.rename(&[method, &route]);
+            span.text("http.route", &route);
         }
     }
 
@@ -104,16 +104,15 @@ impl RequestTrace {
                 id: self.context.span_id(),
                 remote: false,
             },
-            joined(start.operation, start.request_model),
+            &[start.operation, start.request_model],
             SpanKind::Client,
             SystemTime::now(),
-            super::ATTEMPT_ATTRIBUTES,
         );
         let (address, port) = host_and_port(start.server);
-        span.text("gen_ai.operation.name", start.operation.to_owned());
-        span.text("gen_ai.request.model", start.request_model.to_owned());
-        span.text("server.address", address.to_owned());
-        span.text("sluice.upstream", start.upstream.to_owned());
+        span.text("gen_ai.operation.name", start.operation);
+        span.text("gen_ai.request.model", start.request_model);
+        span.text("server.address", address);
+        span.text("sluice.upstream", start.upstream);
         span.int("sluice.attempt", i64::from(start.number));
         if let Some(port) = port {
             span.int("server.port", i64::from(port));
@@ -132,21 +131,21 @@ impl RequestTrace {
         span.int("http.response.status_code", i64::from(end.status));
         span.bool("sluice.stream", end.stream);
         if let Some(key) = end.key {
-            span.text("sluice.key", key.to_owned());
+            span.text("sluice.key", key);
         }
         if let Some(model) = end.model {
-            span.text("gen_ai.request.model", capped(model));
+            span.text("gen_ai.request.model", model);
         }
         if let Some(served) = end.served_model {
-            span.text("sluice.served_model", served.to_owned());
+            span.text("sluice.served_model", served);
         }
         set_usage(&mut span, end.usage);
         if let Some(error) = end.error {
-            span.text("error.type", error.to_owned());
+            span.text("error.type", error);
         }
         // A server span is in error for a 5xx only: a 4xx is the client's.
         if end.status >= 500 {
-            span.fail(end.error.unwrap_or("").to_owned());
+            span.fail(end.error.unwrap_or(""));
         }
         span.end();
     }
@@ -187,7 +186,7 @@ impl AttemptTrace {
             span.int("http.response.status_code", i64::from(status));
         }
         if let Some(model) = end.response_model {
-            span.text("gen_ai.response.model", capped(model));
+            span.text("gen_ai.response.model", model);
         }
         if let Some(ttfc) = end.time_to_first_chunk {
             span.double("gen_ai.response.time_to_first_chunk", ttfc.as_secs_f64());
@@ -203,8 +202,8 @@ impl AttemptTrace {
             _ => None,
         };
         if let Some(error) = error {
-            span.text("error.type", error.clone());
-            span.fail(error);
+            span.text("error.type", &error);
+            span.fail(&error);
         }
         span.end();
     }
@@ -224,15 +223,6 @@ fn set_usage(span: &mut Recording, usage: Option<Usage>) {
         span.int("gen_ai.usage.input_tokens", usage.input as i64);
         span.int("gen_ai.usage.output_tokens", usage.output as i64);
     }
-}
-
-/// `first second`: a span name (without `format!`'s machinery, on every sampled request).
-fn joined(first: &str, second: &str) -> String {
-    let mut name = String::with_capacity(first.len() + 1 + second.len());
-    name.push_str(first);
-    name.push(' ');
-    name.push_str(second);
-    name
 }
 
 /// `host` and `port` of `host[:port]` (an IPv6 host in brackets keeps them).
