@@ -4,6 +4,10 @@
 //! the spans of a batch whose export failed (`sluice_trace_spans_dropped_total`). Once a
 //! batch is encoded, its messages go to a pool for the next spans to be written over.
 
+// A message's box is what travels: from the pool to a recording, through the channel, back
+// to the pool; keeping the boxes in the lists keeps them from being freed and allocated.
+#![allow(clippy::vec_box)]
+
 use super::collector::Collector;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prometheus::IntCounter;
