@@ -59,7 +59,6 @@ use deliver::Destination;
 use downstream::{answer, read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 /// Where Anthropic's SDKs send the API key.
 const X_API_KEY: http::HeaderName = http::HeaderName::from_static("x-api-key");
@@ -103,7 +102,7 @@ impl Proxy {
                 method: request.method.as_str(),
                 path: request.uri.path(),
                 request_id: &ctx.request_id,
-                started: SystemTime::now() - ctx.started.elapsed(),
+                started: ctx.started,
             })));
         }
 
@@ -123,7 +122,7 @@ impl Proxy {
             ctx.error_shape = ErrorShape::Messages;
         }
         if let Some(trace) = &mut ctx.trace {
-            trace.set_route(request.method.as_str(), &route.template());
+            trace.set_route(request.method.as_str(), || route.template());
         }
         // 2. The key: `Authorization: Bearer`, or `x-api-key`.
         let header = |name| request.headers.get(name).map(|v| v.as_bytes());

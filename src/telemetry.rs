@@ -3,34 +3,37 @@
 //! in the background. With no `tracing:` section there is no [`Telemetry`] and a request
 //! does no tracing work at all.
 //!
-//! The OpenTelemetry API is used directly (no `tracing` crate): a request's spans live in
-//! its context and end when it drops, like every other resource it holds. Beside this file:
-//! `request.rs` (the spans of one request), `sampling.rs` (the gateway's sampling decision),
-//! `export.rs` (the bounded queue and the export thread) and `collector.rs` (the HTTP client
-//! that posts to the collector).
+//! Sampling is decided first, for each request: an unsampled request (and its attempts)
+//! has only its IDs, for the access log and the upstream's `traceparent`, and builds
+//! nothing else. A sampled span is recorded straight into its OTLP message (`span.rs`),
+//! which the export thread sends as it is. The OpenTelemetry crates give the ID types, the
+//! `traceparent` parser and the resource's attributes; no SDK tracer is involved. Beside
+//! this file: `request.rs` (the spans of one request), `span.rs` (a sampled span's record),
+//! `sampling.rs` (the gateway's sampling decision and the IDs), `export.rs` (the bounded
+//! queue and the export thread) and `collector.rs` (the OTLP request and its POST).
 
 mod collector;
 mod export;
 mod request;
 mod sampling;
+mod span;
 
 pub use request::{AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace};
 
 use crate::config::TracingConfig;
-use collector::CollectorClient;
+use collector::Collector;
 use export::ExportQueue;
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{
-    Link, Span as _, SpanKind, TraceContextExt, Tracer, TracerProvider as _,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_http::HeaderExtractor;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use http::{HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceState};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
-use std::time::{Duration, SystemTime};
+use span::{Parent, Recording};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Longest text attribute value exported (`url.path`, a model name as the client wrote
 /// it...), in characters: a client's text never makes a span larger than this.
@@ -40,11 +43,12 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest the export thread gets at shutdown to send what is queued.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
 /// The gateway's tracer, built once in `main` (or by a test) from `tracing:`.
 pub struct Telemetry {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
-    propagator: TraceContextPropagator,
+    queue: Arc<ExportQueue>,
+    sample_ratio: f64,
     trust_incoming: bool,
 }
 
@@ -55,43 +59,40 @@ pub struct RequestStart<'a> {
     pub path: &'a str,
     pub request_id: &'a str,
     /// When the request's head arrived.
-    pub started: SystemTime,
+    pub started: Instant,
 }
 
 impl Telemetry {
     /// Starts the export thread; spans that find its queue full, or whose export fails, are
     /// counted in `dropped` (`sluice_trace_spans_dropped_total`).
     pub fn start(config: &TracingConfig, dropped: IntCounter) -> Result<Telemetry, String> {
-        let headers = config
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str().to_owned(), value.expose().to_owned()))
-            .collect();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(CollectorClient::new(EXPORT_TIMEOUT))
-            .with_endpoint(config.otlp_endpoint.to_string())
-            .with_headers(headers)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
-        let resource = Resource::builder()
+        let mut headers = Vec::with_capacity(config.headers.len());
+        for (name, value) in &config.headers {
+            let value = HeaderValue::from_str(value.expose())
+                .map_err(|_| format!("tracing.headers.{name} is not a valid header value"))?;
+            headers.push((HeaderName::clone(name), value));
+        }
+        // `service.name` and the attributes the SDK describes itself with
+        // (`telemetry.sdk.*`, `OTEL_RESOURCE_ATTRIBUTES`), converted once.
+        let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name(config.service_name.clone())
             .build();
-        let queue = ExportQueue::start(exporter, &resource, dropped)
+        let resource = ResourceAttributesWithSchema::from(&resource);
+        let collector = Collector {
+            endpoint: config.otlp_endpoint.clone(),
+            headers,
+            resource: Resource {
+                attributes: resource.attributes.0,
+                ..Resource::default()
+            },
+            resource_schema: resource.schema_url.unwrap_or_default(),
+            timeout: EXPORT_TIMEOUT,
+        };
+        let queue = ExportQueue::start(collector, dropped)
             .map_err(|e| format!("cannot start the trace export thread: {e}"))?;
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(queue)
-            .with_sampler(sampling::GatewaySampler {
-                ratio: config.sample_ratio,
-            })
-            .with_resource(resource)
-            .build();
-        let tracer = provider.tracer("sluice");
         Ok(Telemetry {
-            provider,
-            tracer,
-            propagator: TraceContextPropagator::new(),
+            queue: Arc::new(queue),
+            sample_ratio: config.sample_ratio,
             trust_incoming: config.trust_incoming,
         })
     }
@@ -100,59 +101,95 @@ impl Telemetry {
     /// trusted (linked to it when not trusted). A malformed one is ignored: a new trace.
     /// Either way the gateway's `sample_ratio` decides whether it is sampled.
     pub fn request(&self, start: RequestStart<'_>) -> RequestTrace {
-        let incoming = self
-            .propagator
-            .extract(&HeaderExtractor(start.headers))
-            .span()
-            .span_context()
-            .clone();
-        let (parent, links) = match (incoming.is_valid(), self.trust_incoming) {
-            (true, true) => (
-                Context::new().with_remote_span_context(incoming),
-                Vec::new(),
-            ),
-            (true, false) => (Context::new(), vec![Link::with_context(incoming)]),
-            (false, _) => (Context::new(), Vec::new()),
+        let incoming = incoming(start.headers);
+        let (parent, linked) = match incoming {
+            Some(incoming) if self.trust_incoming => (Some(incoming), None),
+            other => (None, other),
         };
-        // Named `{method} {route}` once the route is known (`RequestTrace::set_route`).
-        let mut span = self
-            .tracer
-            .span_builder(capped(start.method))
-            .with_kind(SpanKind::Server)
-            .with_start_time(start.started)
-            .with_links(links)
-            .start_with_context(&self.tracer, &parent);
-        // Only a sampled span's attributes are ever read: an unsampled request builds none.
-        if span.is_recording() {
-            span.set_attributes([
-                KeyValue::new("http.request.method", capped(start.method)),
-                KeyValue::new("url.path", capped(start.path)),
-                KeyValue::new("sluice.request_id", start.request_id.to_owned()),
-            ]);
+        let sampled = sampling::draw(self.sample_ratio);
+        let context = SpanContext::new(
+            parent
+                .as_ref()
+                .map_or_else(sampling::trace_id, SpanContext::trace_id),
+            sampling::span_id(),
+            if sampled {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            },
+            false,
+            // A trusted caller's `tracestate` goes on with its trace.
+            parent
+                .as_ref()
+                .map_or_else(TraceState::default, |p| p.trace_state().clone()),
+        );
+        if !sampled {
+            return RequestTrace::new(context, None);
         }
-        RequestTrace::new(span, self.tracer.clone())
+        // Named `{method} {route}` once the route is known (`RequestTrace::set_route`).
+        let mut span = Recording::start(
+            &self.queue,
+            &context,
+            parent.map(|p| Parent {
+                id: p.span_id(),
+                remote: true,
+            }),
+            &[start.method],
+            SpanKind::Server,
+            SystemTime::now() - start.started.elapsed(),
+        );
+        if let Some(linked) = linked {
+            span.link(&linked);
+        }
+        span.text("http.request.method", start.method);
+        span.text("url.path", start.path);
+        span.text("sluice.request_id", start.request_id);
+        RequestTrace::new(context, Some(span))
     }
 
     /// Sends every span ended so far, and waits until the collector took them or the
     /// export failed. Blocks: for tests and tools, never on the request path.
     pub fn flush(&self) {
-        if let Err(e) = self.provider.force_flush() {
-            log::warn!(target: "sluice::telemetry", error:% = e; "traces not flushed");
+        if !self.queue.flush() {
+            log::warn!(target: "sluice::telemetry", "traces not flushed: the export thread stopped");
         }
     }
 
     /// Sends what is queued, waiting at most a few seconds: at shutdown.
     pub fn shutdown(&self) {
-        if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
-            log::warn!(target: "sluice::telemetry", error:% = e; "traces not all exported at shutdown");
+        if !self.queue.shutdown(SHUTDOWN_TIMEOUT) {
+            log::warn!(target: "sluice::telemetry", "traces not all exported at shutdown");
         }
     }
 }
 
+/// The caller's span, from a valid `traceparent` (and its `tracestate`); none without one.
+fn incoming(headers: &http::HeaderMap) -> Option<SpanContext> {
+    if !headers.contains_key(TRACEPARENT) {
+        return None;
+    }
+    let context = TraceContextPropagator::new().extract(&Headers(headers));
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
+}
+
+/// A request's headers as the propagator reads them.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
 /// `text` cut to [`MAX_ATTRIBUTE_CHARS`] characters, for a span name or attribute.
-fn capped(text: &str) -> String {
+fn capped(text: &str) -> &str {
     match text.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
-        Some((end, _)) => text[..end].to_owned(),
-        None => text.to_owned(),
+        Some((end, _)) => &text[..end],
+        None => text,
     }
 }

@@ -1,56 +1,160 @@
-//! The HTTP client the OTLP exporter posts with: one HTTP/1.1 request per export over a
-//! plain TCP connection, on the export thread, every step under a timeout. Its bytes are
-//! written and read by the HTTP layer's blocking client (`http1/blocking_client.rs`); this
-//! file opens the connection and hands the exporter its answer. Written so that exporting
-//! traces brings no HTTP client stack or second async runtime into the build; an export
-//! happens about once a second, so a connection per export costs nothing.
+//! The collector the export thread posts to: each batch as one OTLP/HTTP protobuf request
+//! (`ExportTraceServiceRequest`, the resource and scope once per batch, encoded by prost),
+//! over a plain TCP connection of its own, every step under a timeout, retried as OTLP
+//! says. Its bytes are written and read by the HTTP layer's blocking client
+//! (`http1/blocking_client.rs`); an export happens about once a second, so a connection
+//! per export costs nothing, and exporting brings no HTTP client stack or async runtime.
 
 use crate::http1::blocking_client;
-use async_trait::async_trait;
 use bytes::Bytes;
-use http::{Request, Response};
-use opentelemetry_http::{HttpClient, HttpError};
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest collector answer read, head and body (an OTLP answer is a few bytes; an error
 /// page, more); a longer one is an export error.
 const MAX_ANSWER_BYTES: usize = 64 << 10;
+/// Retries of an export after its first try, and the wait before the first (doubled for
+/// each further one, up to the last): OTLP's recommended policy.
+const RETRIES: u32 = 3;
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
+const LAST_RETRY_DELAY: Duration = Duration::from_millis(1600);
 
-/// Posts to an `http://` collector.
+/// Where and how spans are posted.
 #[derive(Debug)]
-pub(super) struct CollectorClient {
-    /// For connecting, and for each write and read after it.
-    timeout: Duration,
+pub(super) struct Collector {
+    pub endpoint: Uri,
+    /// `tracing.headers`, then ours.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The `service.name` and the SDK's resource attributes, sent with every batch.
+    pub resource: Resource,
+    pub resource_schema: String,
+    /// Longest one export may take, retries included; also each step's timeout.
+    pub timeout: Duration,
 }
 
-impl CollectorClient {
-    pub(super) fn new(timeout: Duration) -> Self {
-        CollectorClient { timeout }
+/// Why an export try failed.
+struct Failure {
+    message: String,
+    retry: bool,
+    /// How long the collector asked us to wait (`Retry-After`).
+    after: Option<Duration>,
+}
+
+impl Collector {
+    /// Posts an export, retrying a try that failed on the network or with 429, 502, 503
+    /// or 504 until [`Collector::timeout`] has passed. `Ok` has how many spans the
+    /// collector said it rejected (a partial success).
+    pub(super) fn export(&self, request: &Request<Bytes>) -> Result<u64, String> {
+        let started = Instant::now();
+        let mut delay = FIRST_RETRY_DELAY;
+        let mut retries = 0;
+        loop {
+            let failure = match self.post(request) {
+                Ok(rejected) => return Ok(rejected),
+                Err(failure) => failure,
+            };
+            let wait = failure.after.unwrap_or(delay);
+            if !failure.retry || retries == RETRIES || started.elapsed() + wait >= self.timeout {
+                return Err(failure.message);
+            }
+            std::thread::sleep(wait);
+            retries += 1;
+            delay = (delay * 2).min(LAST_RETRY_DELAY);
+        }
     }
 
-    fn post(&self, request: &Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+    /// The POST of one batch, the resource and scope once, encoded; `spans` come back.
+    pub(super) fn request(&self, spans: Vec<Span>) -> (Result<Request<Bytes>, String>, Vec<Span>) {
+        let mut export = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(self.resource.clone()),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "sluice".into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: self.resource_schema.clone(),
+            }],
+        };
+        let body = Bytes::from(export.encode_to_vec());
+        let spans = export
+            .resource_spans
+            .pop()
+            .and_then(|mut resource| resource.scope_spans.pop())
+            .map(|scope| scope.spans)
+            .unwrap_or_default();
+        let request = Request::post(self.endpoint.clone())
+            .header(CONTENT_TYPE, "application/x-protobuf")
+            .header(USER_AGENT, concat!("sluice/", env!("CARGO_PKG_VERSION")))
+            .body(body)
+            .map_err(|e| e.to_string())
+            .map(|mut request| {
+                for (name, value) in &self.headers {
+                    request.headers_mut().insert(name.clone(), value.clone());
+                }
+                request
+            });
+        (request, spans)
+    }
+
+    fn post(&self, request: &Request<Bytes>) -> Result<u64, Failure> {
+        let network = |message: String| Failure {
+            message,
+            retry: true,
+            after: None,
+        };
         let uri = request.uri();
-        let host = uri.host().ok_or("the collector URL has no host")?;
+        let host = uri
+            .host()
+            .ok_or_else(|| network("the collector URL has no host".into()))?;
         let port = uri.port_u16().unwrap_or(80);
         let address = (host, port)
-            .to_socket_addrs()?
+            .to_socket_addrs()
+            .map_err(|e| network(e.to_string()))?
             .next()
-            .ok_or("the collector's host name has no address")?;
-        let mut stream = TcpStream::connect_timeout(&address, self.timeout)?;
-        stream.set_write_timeout(Some(self.timeout))?;
-        stream.set_read_timeout(Some(self.timeout))?;
-        let answer = blocking_client::exchange(&mut stream, request, MAX_ANSWER_BYTES)?;
-        // The exporter reads the status and a partial-success message from the body.
-        Ok(Response::builder()
-            .status(answer.status)
-            .body(answer.body)?)
-    }
-}
-
-#[async_trait]
-impl HttpClient for CollectorClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        self.post(&request)
+            .ok_or_else(|| network("the collector's host name has no address".into()))?;
+        let mut stream = TcpStream::connect_timeout(&address, self.timeout)
+            .and_then(|stream| {
+                stream.set_write_timeout(Some(self.timeout))?;
+                stream.set_read_timeout(Some(self.timeout))?;
+                Ok(stream)
+            })
+            .map_err(|e| network(e.to_string()))?;
+        let answer = blocking_client::exchange(&mut stream, request, MAX_ANSWER_BYTES)
+            .map_err(|e| network(e.to_string()))?;
+        if !answer.status.is_success() {
+            let throttled = matches!(answer.status.as_u16(), 429 | 503);
+            return Err(Failure {
+                message: format!("the collector answered {}", answer.status),
+                retry: throttled
+                    || matches!(
+                        answer.status,
+                        StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
+                    ),
+                after: answer
+                    .headers
+                    .get("retry-after")
+                    .filter(|_| throttled)
+                    .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+                    .map(Duration::from_secs),
+            });
+        }
+        // A partial success names the spans it rejected; an empty or other body, none.
+        Ok(ExportTraceServiceResponse::decode(answer.body)
+            .ok()
+            .and_then(|answer| answer.partial_success)
+            .map_or(0, |partial| partial.rejected_spans.max(0) as u64))
     }
 }

@@ -3,19 +3,17 @@
 //! siblings under the server span). A span dropped unfinished (a task cancelled at shutdown)
 //! still ends and is exported.
 
-use super::capped;
+use super::sampling;
+use super::span::{Parent, Recording};
 use crate::usage::Usage;
-use opentelemetry::trace::{
-    Span as _, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, Tracer,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{SdkTracer, Span};
-use std::time::Duration;
+use opentelemetry::trace::{SpanContext, TraceFlags};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use std::time::{Duration, SystemTime};
 
-/// A request's server span.
+/// A request's server span: its IDs, and its record when it is sampled.
 pub struct RequestTrace {
-    span: Span,
-    tracer: SdkTracer,
+    context: SpanContext,
+    span: Option<Recording>,
 }
 
 /// What an upstream attempt's client span starts with.
@@ -62,133 +60,140 @@ pub struct RequestEnd<'a> {
 }
 
 impl RequestTrace {
-    pub(super) fn new(span: Span, tracer: SdkTracer) -> Self {
-        RequestTrace { span, tracer }
+    pub(super) fn new(context: SpanContext, span: Option<Recording>) -> Self {
+        RequestTrace { context, span }
     }
 
     /// The trace ID in lower-case hex, for the access log.
     pub fn trace_id(&self) -> String {
-        let mut hex = String::with_capacity(32);
-        push_hex(&mut hex, &self.span.span_context().trace_id().to_bytes());
-        hex
+        let mut hex = [0; 32];
+        write_hex(&mut hex, &self.context.trace_id().to_bytes());
+        ascii(&hex)
     }
 
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
     /// names stay few whatever IDs the paths carry.
-    pub fn set_route(&mut self, method: &str, route: &str) {
-        if !self.span.is_recording() {
-            return;
+    /// `route` is only called for a sampled request.
+    pub fn set_route(&mut self, method: &str, route: impl FnOnce() -> String) {
+        if let Some(span) = &mut self.span {
+            let route = route();
+            span.rename(&[method, &route]);
+            span.text("http.route", &route);
         }
-        self.span.update_name(capped(&format!("{method} {route}")));
-        self.span
-            .set_attribute(KeyValue::new("http.route", route.to_owned()));
     }
 
-    /// Starts the client span of one upstream attempt.
+    /// Starts the client span of one upstream attempt: sampled when its request is, and
+    /// otherwise only its IDs, for the upstream's `traceparent`.
     pub fn attempt(&self, start: AttemptStart<'_>) -> AttemptTrace {
-        let parent = Context::new().with_remote_span_context(self.span.span_context().clone());
-        if !self.span.is_recording() {
-            // Not sampled, and so neither is the attempt: it only needs its IDs, for the
-            // upstream's `traceparent`.
-            let span = self
-                .tracer
-                .span_builder("attempt")
-                .with_kind(SpanKind::Client)
-                .start_with_context(&self.tracer, &parent);
-            return AttemptTrace { span };
-        }
+        let context = SpanContext::new(
+            self.context.trace_id(),
+            sampling::span_id(),
+            self.context.trace_flags(),
+            false,
+            self.context.trace_state().clone(),
+        );
+        let Some(request) = &self.span else {
+            return AttemptTrace {
+                context,
+                span: None,
+            };
+        };
+        let mut span = request.child(
+            &context,
+            Parent {
+                id: self.context.span_id(),
+                remote: false,
+            },
+            &[start.operation, start.request_model],
+            SpanKind::Client,
+            SystemTime::now(),
+        );
         let (address, port) = host_and_port(start.server);
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", start.operation.to_owned()),
-            KeyValue::new("gen_ai.request.model", start.request_model.to_owned()),
-            KeyValue::new("server.address", address.to_owned()),
-            KeyValue::new("sluice.upstream", start.upstream.to_owned()),
-            KeyValue::new("sluice.attempt", i64::from(start.number)),
-        ];
+        span.text("gen_ai.operation.name", start.operation);
+        span.text("gen_ai.request.model", start.request_model);
+        span.text("server.address", address);
+        span.text("sluice.upstream", start.upstream);
+        span.int("sluice.attempt", i64::from(start.number));
         if let Some(port) = port {
-            attributes.push(KeyValue::new("server.port", i64::from(port)));
+            span.int("server.port", i64::from(port));
         }
-        let span = self
-            .tracer
-            .span_builder(format!("{} {}", start.operation, start.request_model))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &parent);
-        AttemptTrace { span }
+        AttemptTrace {
+            context,
+            span: Some(span),
+        }
     }
 
     /// Ends the server span with the request's outcome.
     pub fn finish(&mut self, end: RequestEnd<'_>) {
-        let span = &mut self.span;
-        if !span.is_recording() {
+        let Some(mut span) = self.span.take() else {
             return;
-        }
-        span.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(end.status),
-        ));
-        span.set_attribute(KeyValue::new("sluice.stream", end.stream));
+        };
+        span.int("http.response.status_code", i64::from(end.status));
+        span.bool("sluice.stream", end.stream);
         if let Some(key) = end.key {
-            span.set_attribute(KeyValue::new("sluice.key", key.to_owned()));
+            span.text("sluice.key", key);
         }
         if let Some(model) = end.model {
-            span.set_attribute(KeyValue::new("gen_ai.request.model", capped(model)));
+            span.text("gen_ai.request.model", model);
         }
         if let Some(served) = end.served_model {
-            span.set_attribute(KeyValue::new("sluice.served_model", served.to_owned()));
+            span.text("sluice.served_model", served);
         }
-        set_usage(span, end.usage);
+        set_usage(&mut span, end.usage);
         if let Some(error) = end.error {
-            span.set_attribute(KeyValue::new("error.type", error.to_owned()));
+            span.text("error.type", error);
         }
         // A server span is in error for a 5xx only: a 4xx is the client's.
         if end.status >= 500 {
-            span.set_status(Status::error(end.error.unwrap_or("").to_owned()));
+            span.fail(end.error.unwrap_or(""));
         }
         span.end();
     }
 }
 
+/// A span dropped unfinished (its task cancelled) still ends and is exported.
+impl Drop for RequestTrace {
+    fn drop(&mut self) {
+        if let Some(span) = self.span.take() {
+            span.end();
+        }
+    }
+}
+
 /// An upstream attempt's client span.
 pub struct AttemptTrace {
-    span: Span,
+    context: SpanContext,
+    span: Option<Recording>,
 }
 
 impl AttemptTrace {
     /// Whether the attempt is sampled: what it records is exported.
     pub fn is_recording(&self) -> bool {
-        self.span.is_recording()
+        self.span.is_some()
     }
 
     /// `traceparent` (and `tracestate`, if any) naming this attempt, for the upstream.
     pub fn upstream_headers(&self) -> Vec<(&'static str, String)> {
-        upstream_headers(self.span.span_context())
+        upstream_headers(&self.context)
     }
 
     /// Ends the span with the attempt's outcome.
     pub fn finish(mut self, end: AttemptEnd<'_>) {
-        let span = &mut self.span;
-        if !span.is_recording() {
+        let Some(mut span) = self.span.take() else {
             return;
-        }
+        };
         if let Some(status) = end.status {
-            span.set_attribute(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            ));
+            span.int("http.response.status_code", i64::from(status));
         }
         if let Some(model) = end.response_model {
-            span.set_attribute(KeyValue::new("gen_ai.response.model", capped(model)));
+            span.text("gen_ai.response.model", model);
         }
         if let Some(ttfc) = end.time_to_first_chunk {
-            span.set_attribute(KeyValue::new(
-                "gen_ai.response.time_to_first_chunk",
-                ttfc.as_secs_f64(),
-            ));
+            span.double("gen_ai.response.time_to_first_chunk", ttfc.as_secs_f64());
         }
-        set_usage(span, end.usage);
+        set_usage(&mut span, end.usage);
         if end.handed_back {
-            span.set_attribute(KeyValue::new("sluice.handed_back", true));
+            span.bool("sluice.handed_back", true);
         }
         // A client span is in error for our own failure or any 4xx or 5xx answer.
         let error = match (end.error, end.status) {
@@ -197,24 +202,26 @@ impl AttemptTrace {
             _ => None,
         };
         if let Some(error) = error {
-            span.set_attribute(KeyValue::new("error.type", error.clone()));
-            span.set_status(Status::error(error));
+            span.text("error.type", &error);
+            span.fail(&error);
         }
         span.end();
     }
 }
 
+impl Drop for AttemptTrace {
+    fn drop(&mut self) {
+        if let Some(span) = self.span.take() {
+            span.end();
+        }
+    }
+}
+
 /// `gen_ai.usage.*` once an answer's tokens were read.
-fn set_usage(span: &mut Span, usage: Option<Usage>) {
+fn set_usage(span: &mut Recording, usage: Option<Usage>) {
     if let Some(usage) = usage {
-        span.set_attribute(KeyValue::new(
-            "gen_ai.usage.input_tokens",
-            usage.input as i64,
-        ));
-        span.set_attribute(KeyValue::new(
-            "gen_ai.usage.output_tokens",
-            usage.output as i64,
-        ));
+        span.int("gen_ai.usage.input_tokens", usage.input as i64);
+        span.int("gen_ai.usage.output_tokens", usage.output as i64);
     }
 }
 
@@ -237,18 +244,15 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
     if !context.is_valid() {
         return Vec::new();
     }
-    let mut parent = String::with_capacity(55);
-    parent.push_str("00-");
-    push_hex(&mut parent, &context.trace_id().to_bytes());
-    parent.push('-');
-    push_hex(&mut parent, &context.span_id().to_bytes());
-    parent.push('-');
+    let mut parent = *b"00-0123456789abcdef0123456789abcdef-0123456789abcdef-00";
+    write_hex(&mut parent[3..35], &context.trace_id().to_bytes());
+    write_hex(&mut parent[36..52], &context.span_id().to_bytes());
     // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
-    push_hex(
-        &mut parent,
+    write_hex(
+        &mut parent[53..],
         &[(context.trace_flags() & TraceFlags::SAMPLED).to_u8()],
     );
-    let mut fields = vec![("traceparent", parent)];
+    let mut fields = vec![("traceparent", ascii(&parent))];
     let state = context.trace_state().header();
     // An empty `tracestate` says nothing: not sent.
     if !state.is_empty() {
@@ -257,20 +261,26 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
     fields
 }
 
-/// Appends `bytes` in lower-case hex.
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// Writes `bytes` in lower-case hex into `out`, two digits a byte.
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    for (i, &byte) in bytes.iter().enumerate().take(out.len() / 2) {
+        out[2 * i] = DIGITS[usize::from(byte >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
     }
+}
+
+/// ASCII bytes as a `String` (hex digits and dashes: always valid).
+fn ascii(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use opentelemetry::propagation::TextMapPropagator;
-    use opentelemetry::trace::{SpanId, TraceId, TraceState};
+    use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TraceState};
+    use opentelemetry::Context;
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use std::collections::HashMap;
 

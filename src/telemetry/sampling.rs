@@ -1,54 +1,35 @@
 //! Who decides that a request is traced: always the gateway, by its own `sample_ratio`,
-//! drawn afresh for every request. A caller's `traceparent` may give the trace its ID (when
-//! trusted) but never its sampled flag, and the draw does not depend on the trace ID, so a
-//! caller cannot pick an ID that is always sampled. An upstream attempt follows its request.
+//! drawn afresh for every request before anything of its span is built. A caller's
+//! `traceparent` may give the trace its ID (when trusted) but never its sampled flag, and
+//! the draw does not depend on the trace ID, so a caller cannot pick an ID that is always
+//! sampled. An upstream attempt follows its request. Also here: the random IDs.
 
-use opentelemetry::trace::{Link, SpanKind, TraceContextExt, TraceId, TraceState};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
+use opentelemetry::trace::{SpanId, TraceId};
 use rand::Rng;
 
-/// The gateway's sampler: a request's server span is sampled with probability `ratio`,
-/// whatever its parent says; any other span (an attempt) has the decision of its parent,
-/// the request's span.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct GatewaySampler {
-    pub ratio: f64,
+/// Whether a request is sampled, at `ratio` (0 to 1).
+pub(super) fn draw(ratio: f64) -> bool {
+    ratio >= 1.0 || (ratio > 0.0 && rand::thread_rng().gen::<f64>() < ratio)
 }
 
-impl GatewaySampler {
-    fn draw(&self) -> bool {
-        self.ratio >= 1.0 || (self.ratio > 0.0 && rand::thread_rng().gen::<f64>() < self.ratio)
+/// A new random trace ID (never the invalid all-zero one).
+pub(super) fn trace_id() -> TraceId {
+    let mut rng = rand::thread_rng();
+    loop {
+        let id: u128 = rng.gen();
+        if id != 0 {
+            return TraceId::from(id);
+        }
     }
 }
 
-impl ShouldSample for GatewaySampler {
-    fn should_sample(
-        &self,
-        parent: Option<&Context>,
-        _trace_id: TraceId,
-        _name: &str,
-        kind: &SpanKind,
-        _attributes: &[KeyValue],
-        _links: &[Link],
-    ) -> SamplingResult {
-        let parent = parent
-            .filter(|p| p.has_active_span())
-            .map(|p| p.span().span_context().clone())
-            .filter(|p| p.is_valid());
-        let sampled = match (kind, &parent) {
-            (SpanKind::Server, _) | (_, None) => self.draw(),
-            (_, Some(request)) => request.is_sampled(),
-        };
-        SamplingResult {
-            decision: if sampled {
-                SamplingDecision::RecordAndSample
-            } else {
-                SamplingDecision::Drop
-            },
-            attributes: Vec::new(),
-            // A trusted caller's `tracestate` goes on with its trace.
-            trace_state: parent.map_or_else(TraceState::default, |p| p.trace_state().clone()),
+/// A new random span ID (never the invalid all-zero one).
+pub(super) fn span_id() -> SpanId {
+    let mut rng = rand::thread_rng();
+    loop {
+        let id: u64 = rng.gen();
+        if id != 0 {
+            return SpanId::from(id);
         }
     }
 }
@@ -56,37 +37,21 @@ impl ShouldSample for GatewaySampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags};
 
-    fn decide(ratio: f64, kind: SpanKind, parent_sampled: bool) -> SamplingDecision {
-        let flags = if parent_sampled {
-            TraceFlags::SAMPLED
-        } else {
-            TraceFlags::default()
-        };
-        let parent = SpanContext::new(
-            TraceId::from(7u128),
-            SpanId::from(9u64),
-            flags,
-            true,
-            TraceState::default(),
-        );
-        let context = Context::new().with_remote_span_context(parent);
-        GatewaySampler { ratio }
-            .should_sample(Some(&context), TraceId::from(7u128), "x", &kind, &[], &[])
-            .decision
+    #[test]
+    fn the_ratio_is_the_share_of_requests_sampled() {
+        assert!((0..1000).all(|_| draw(1.0)), "1 samples every request");
+        assert!((0..1000).all(|_| !draw(0.0)), "0 samples none");
+        let sampled = (0..10_000).filter(|_| draw(0.5)).count();
+        // 10,000 draws at 0.5: 4,700..5,300 is more than 6 standard deviations wide.
+        assert!((4_700..5_300).contains(&sampled), "{sampled} of 10,000");
     }
 
     #[test]
-    fn a_request_is_sampled_by_our_ratio_and_an_attempt_follows_it() {
-        use SamplingDecision::{Drop, RecordAndSample};
-        assert_eq!(
-            decide(0.0, SpanKind::Server, true),
-            Drop,
-            "a sampled caller"
-        );
-        assert_eq!(decide(1.0, SpanKind::Server, false), RecordAndSample);
-        assert_eq!(decide(0.0, SpanKind::Client, true), RecordAndSample);
-        assert_eq!(decide(1.0, SpanKind::Client, false), Drop);
+    fn ids_are_valid_and_fresh() {
+        let (a, b) = (trace_id(), trace_id());
+        assert!(a != TraceId::INVALID && a != b);
+        let (a, b) = (span_id(), span_id());
+        assert!(a != SpanId::INVALID && a != b);
     }
 }

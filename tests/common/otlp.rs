@@ -4,6 +4,7 @@
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use std::net::SocketAddr;
@@ -13,10 +14,13 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-/// One received span and the `service.name` of its resource.
+/// One received span, the `service.name` of its resource, the resource's attributes and
+/// the instrumentation scope it came under.
 #[derive(Clone, Debug)]
 pub struct Received {
     pub service: String,
+    pub resource: Vec<KeyValue>,
+    pub scope: Option<InstrumentationScope>,
     pub span: Span,
 }
 
@@ -48,6 +52,14 @@ impl Received {
         }
     }
 
+    /// A text attribute of the span's resource.
+    pub fn resource_text(&self, key: &str) -> Option<String> {
+        match attribute(&self.resource, key)? {
+            Value::StringValue(s) => Some(s),
+            other => panic!("{key} is a string, not {other:?}"),
+        }
+    }
+
     pub fn int(&self, key: &str) -> Option<i64> {
         match self.attribute(key)? {
             Value::IntValue(i) => Some(i),
@@ -61,10 +73,7 @@ impl Received {
     }
 }
 
-fn attribute(
-    attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue],
-    key: &str,
-) -> Option<Value> {
+fn attribute(attributes: &[KeyValue], key: &str) -> Option<Value> {
     attributes
         .iter()
         .find(|kv| kv.key == key)
@@ -187,10 +196,16 @@ async fn receive(socket: TcpStream, state: Arc<State>) {
                 other => format!("{other:?}"),
             })
             .unwrap_or_default();
-        for scope in resource_spans.scope_spans {
-            for span in scope.spans {
+        let resource = resource_spans
+            .resource
+            .map(|r| r.attributes)
+            .unwrap_or_default();
+        for scope_spans in resource_spans.scope_spans {
+            for span in scope_spans.spans {
                 received.push(Received {
                     service: service.clone(),
+                    resource: resource.clone(),
+                    scope: scope_spans.scope.clone(),
                     span,
                 });
             }
