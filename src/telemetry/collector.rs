@@ -9,12 +9,11 @@ use crate::http1::blocking_client;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::encoding::{encode_key, encode_varint, message, WireType};
 use prost::Message;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -74,27 +73,7 @@ impl Collector {
 
     /// The POST of one batch, the resource and scope once, encoded; `spans` come back.
     pub(super) fn request(&self, spans: Vec<Span>) -> (Result<Request<Bytes>, String>, Vec<Span>) {
-        let mut export = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(self.resource.clone()),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: "sluice".into(),
-                        ..InstrumentationScope::default()
-                    }),
-                    spans,
-                    schema_url: String::new(),
-                }],
-                schema_url: self.resource_schema.clone(),
-            }],
-        };
-        let body = Bytes::from(export.encode_to_vec());
-        let spans = export
-            .resource_spans
-            .pop()
-            .and_then(|mut resource| resource.scope_spans.pop())
-            .map(|scope| scope.spans)
-            .unwrap_or_default();
+        let body = Bytes::from(encode_batch(&self.resource, &self.resource_schema, &spans));
         let request = Request::post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/x-protobuf")
             .header(USER_AGENT, concat!("sluice/", env!("CARGO_PKG_VERSION")))
@@ -156,5 +135,112 @@ impl Collector {
             .ok()
             .and_then(|answer| answer.partial_success)
             .map_or(0, |partial| partial.rejected_spans.max(0) as u64))
+    }
+}
+
+/// A batch as the bytes of an `ExportTraceServiceRequest` with one `ResourceSpans` holding
+/// one `ScopeSpans` (scope `sluice`) of `spans`: the bytes prost's derived encoding writes
+/// for that message, built from the inside out so that each span's length is worked out
+/// once. The derived encoding asks a nested message for its length once per message
+/// around it, four times for a span here: about a third of the export's instructions.
+/// Fields go in tag order and an empty schema URL is left out, as prost does.
+fn encode_batch(resource: &Resource, resource_schema: &str, spans: &[Span]) -> Vec<u8> {
+    let scope = InstrumentationScope {
+        name: "sluice".into(),
+        ..InstrumentationScope::default()
+    };
+    // ScopeSpans { 1: scope, 2: span, 2: span... }
+    let mut scope_spans = Vec::with_capacity(64 + spans.len() * 1024);
+    message::encode(1, &scope, &mut scope_spans);
+    for span in spans {
+        message::encode(2, span, &mut scope_spans);
+    }
+    // ResourceSpans { 1: resource, 2: scope_spans, 3: schema_url }
+    let mut resource_spans = Vec::with_capacity(1024 + scope_spans.len());
+    message::encode(1, resource, &mut resource_spans);
+    delimited(2, &scope_spans, &mut resource_spans);
+    if !resource_schema.is_empty() {
+        delimited(3, resource_schema.as_bytes(), &mut resource_spans);
+    }
+    // ExportTraceServiceRequest { 1: resource_spans }
+    let mut request = Vec::with_capacity(16 + resource_spans.len());
+    delimited(1, &resource_spans, &mut request);
+    request
+}
+
+/// Field `tag` holding the already encoded message `bytes`.
+fn delimited(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+
+    fn attribute(key: &str, value: any_value::Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
+    /// What prost's derived encoding writes for the same batch.
+    fn derived(resource: &Resource, schema: &str, spans: &[Span]) -> Vec<u8> {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(resource.clone()),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "sluice".into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans: spans.to_vec(),
+                    schema_url: String::new(),
+                }],
+                schema_url: schema.into(),
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_batch_is_the_bytes_of_the_derived_encoding() {
+        let resource = Resource {
+            attributes: vec![attribute(
+                "service.name",
+                any_value::Value::StringValue("sluice".into()),
+            )],
+            ..Resource::default()
+        };
+        let span = |n: u8| Span {
+            trace_id: vec![n; 16],
+            span_id: vec![n; 8],
+            name: format!("POST /v1/chat/completions {n}"),
+            kind: 2,
+            start_time_unix_nano: 1_700_000_000_000_000_000 + u64::from(n),
+            end_time_unix_nano: 1_700_000_000_500_000_000,
+            // Long enough that a length takes two varint bytes.
+            attributes: (0..u32::from(n) * 8)
+                .map(|i| attribute(&format!("a.{i}"), any_value::Value::IntValue(i.into())))
+                .collect(),
+            flags: 0x301,
+            ..Span::default()
+        };
+        for spans in [vec![], vec![span(1)], (0..20).map(span).collect::<Vec<_>>()] {
+            for schema in ["", "https://opentelemetry.io/schemas/1.26.0"] {
+                assert_eq!(
+                    encode_batch(&resource, schema, &spans),
+                    derived(&resource, schema, &spans),
+                    "{} spans, schema {schema:?}",
+                    spans.len()
+                );
+            }
+        }
     }
 }
