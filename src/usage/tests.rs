@@ -220,7 +220,7 @@ fn usage_is_believed_only_when_plausible() {
 
 #[test]
 fn the_string_end_search_finds_the_first_quote_or_backslash() {
-    use super::json_scan::quote_or_backslash;
+    use super::json_scan::skim::quote_or_backslash;
     let naive = |bytes: &[u8]| bytes.iter().position(|&b| b == b'"' || b == b'\\');
     // Neighbours of both bytes, zero, and bytes with the high bit (UTF-8) as filler: a
     // carry from one byte of a word into the next must not make or hide a match.
