@@ -27,10 +27,13 @@ fn is_valid(value: &[u8]) -> bool {
 fn generate() -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let value = rand::thread_rng().gen::<u128>();
-    (0..32)
-        .rev()
-        .map(|i| char::from(DIGITS[((value >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    let mut digits = [0u8; 32];
+    for (i, digit) in digits.iter_mut().enumerate() {
+        *digit = DIGITS[((value >> ((31 - i) * 4)) & 0xf) as usize];
+    }
+    // Hexadecimal digits are ASCII: the check cannot fail, and costs less than a `String`
+    // grown a `char` at a time.
+    std::str::from_utf8(&digits).unwrap_or_default().to_owned()
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
 
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, value) in spans {
-        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+        let name = field_name(&head[name.0..name.0 + name.1])
             .map_err(|_| Error::MalformedHead("a request field name"))?;
         let value = HeaderValue::from_maybe_shared(piece(value))
             .map_err(|_| Error::MalformedHead("a request field value"))?;
@@ -170,7 +170,7 @@ pub(super) fn parse_response_bytes(buffered: &[u8]) -> Result<Option<(ResponseHe
     };
     let mut headers = HeaderMap::with_capacity(response.headers.len());
     for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
+        let name = field_name(field.name.as_bytes())
             .map_err(|_| Error::MalformedHead("a response field name"))?;
         let value = HeaderValue::from_bytes(field.value)
             .map_err(|_| Error::MalformedHead("a response field value"))?;
@@ -203,4 +203,95 @@ pub(super) fn worth_parsing(buffered: &[u8], before: usize) -> bool {
     request_line_ended
         || memchr::memmem::find(around, b"\n\r\n").is_some()
         || memchr::memmem::find(around, b"\n\n").is_some()
+}
+
+/// A field's name as `HeaderName::from_bytes` gives it. The names nearly every message
+/// carries are matched first and given as constants: `from_bytes` lower-cases a name into
+/// a scratch buffer and matches it against every standard name, ~0.2k instructions a field
+/// (benches/README.md, thirteenth session).
+pub(crate) fn field_name(raw: &[u8]) -> std::result::Result<HeaderName, header::InvalidHeaderName> {
+    let first = raw.first().map(u8::to_ascii_lowercase);
+    let usual = match (raw.len(), first) {
+        (4, Some(b'h')) => header::HOST,
+        (4, Some(b'd')) => header::DATE,
+        (6, Some(b'a')) => header::ACCEPT,
+        (6, Some(b's')) => header::SERVER,
+        (10, Some(b'c')) => header::CONNECTION,
+        (10, Some(b'u')) => header::USER_AGENT,
+        (12, Some(b'c')) => header::CONTENT_TYPE,
+        (12, Some(b'x')) => crate::request_id::HEADER,
+        (13, Some(b'a')) => header::AUTHORIZATION,
+        (14, Some(b'c')) => header::CONTENT_LENGTH,
+        (17, Some(b't')) => header::TRANSFER_ENCODING,
+        _ => return HeaderName::from_bytes(raw),
+    };
+    // The usual name is lower-case: each byte is that byte, or (for a letter) that letter
+    // upper-case, i.e. differs at most in the case bit, and only where a letter stands.
+    // (`eq_ignore_ascii_case` lower-cases both sides and cost more than `from_bytes`.)
+    let lower = usual.as_str().as_bytes();
+    if raw.len() != lower.len() {
+        return HeaderName::from_bytes(raw);
+    }
+    let mut differs = 0u8;
+    for (i, &l) in lower.iter().enumerate() {
+        let case_bit = u8::from(l.is_ascii_lowercase()) << 5;
+        differs |= (raw[i] ^ l) & !case_bit;
+    }
+    if differs == 0 {
+        Ok(usual)
+    } else {
+        HeaderName::from_bytes(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_names_read_as_http_reads_them() {
+        let usual = [
+            "host",
+            "date",
+            "accept",
+            "server",
+            "connection",
+            "user-agent",
+            "content-type",
+            "x-request-id",
+            "authorization",
+            "content-length",
+            "transfer-encoding",
+        ];
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for name in usual {
+            names.push(name.as_bytes().to_vec());
+            names.push(name.to_ascii_uppercase().into_bytes());
+            // Title case; each byte in turn off by a letter, the case bit, or not a name's.
+            let mut title = name.as_bytes().to_vec();
+            title[0] = title[0].to_ascii_uppercase();
+            names.push(title);
+            for at in 0..name.len() {
+                for byte in [b'q', b' ', 0xc3, b'_', b'\r', b'\0', b'-', b'Z'] {
+                    let mut near = name.as_bytes().to_vec();
+                    near[at] = byte;
+                    names.push(near);
+                }
+            }
+        }
+        names.extend([
+            b"".to_vec(),
+            b"x-custom".to_vec(),
+            b"Content-Types".to_vec(),
+        ]);
+        for raw in names {
+            let expected = HeaderName::from_bytes(&raw).ok();
+            assert_eq!(
+                field_name(&raw).ok(),
+                expected,
+                "{:?}",
+                String::from_utf8_lossy(&raw)
+            );
+        }
+    }
 }

@@ -143,7 +143,8 @@ pub(super) async fn exchange(
             .and_then(|v| v.to_str().ok())
             .map(|id| redacted(upstream, id.as_bytes()));
         let framing = response.framing;
-        let mut to_client = match response_header(response, call.response_headers) {
+        let timing = HeaderValue::try_from(timing).ok();
+        let mut to_client = match response_header(response, call.response_headers, timing) {
             Ok(header) => header,
             Err(invalid) => {
                 log::warn!(target: "sluice::upstream", request_id = call.request_id, upstream = upstream.name.as_str(), invalid:? = invalid; "upstream response header refused");
@@ -154,8 +155,6 @@ pub(super) async fn exchange(
                 });
             }
         };
-        const SERVER_TIMING: http::HeaderName = http::HeaderName::from_static("server-timing");
-        to_client.insert_header(SERVER_TIMING, timing).ok();
         if status == 500 {
             to_client.insert_header("x-should-retry", "false").ok();
         }

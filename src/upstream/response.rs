@@ -10,6 +10,9 @@ use http::HeaderValue;
 use pingora_http::ResponseHeader;
 use std::time::Duration;
 
+/// The gateway's timing of a request, on every answer from an upstream.
+pub const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+
 /// Fields never passed back to the client: those that describe one connection, framing
 /// (the gateway sets its own), and what would act on the gateway's origin rather than the
 /// upstream's (cookies, alternative services, HSTS).
@@ -43,13 +46,15 @@ pub enum InvalidResponse {
 /// The response header passed to the client: the upstream's status and end-to-end fields,
 /// with framing set by the gateway (a close-delimited body becomes chunked, so the client
 /// connection survives) and the upstream's `x-request-id` kept as `x-upstream-request-id`,
-/// plus the gateway's own `headers` (request ID, rate position, timing).
+/// plus the gateway's own `headers` (request ID, rate position) and `timing`
+/// (`server-timing`, last).
 ///
 /// The upstream's field map becomes the client's, edited in place: copying every field
 /// into a new map cost more than the few removals (benches/README.md, eighth session).
 pub fn response_header(
     upstream: Head,
     headers: &[(HeaderName, String)],
+    timing: Option<HeaderValue>,
 ) -> Result<ResponseHeader, InvalidResponse> {
     let status = upstream.status.as_u16();
     if !(100..=599).contains(&status) {
@@ -97,6 +102,11 @@ pub fn response_header(
         // The caller logs the refusal with the request's ID.
         let value = HeaderValue::from_str(value).map_err(|_| InvalidResponse::Framing)?;
         fields.insert(name.clone(), value);
+    }
+    if let Some(timing) = timing {
+        // Into the map itself: pingora's `insert_header` title-cases a name and parses it
+        // back on every call (~0.5k instructions a request, benches/README.md).
+        fields.insert(SERVER_TIMING, timing);
     }
     // No case map (a header made from parts has none): names go out title-cased when
     // standard, lower-case otherwise, and a stream that stays open for minutes does not
@@ -160,7 +170,8 @@ mod tests {
             ],
         );
         assert_eq!(upstream.framing, Framing::Close);
-        let sent = response_header(upstream, &[(crate::request_id::HEADER, "rid".into())]).unwrap();
+        let sent =
+            response_header(upstream, &[(crate::request_id::HEADER, "rid".into())], None).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert_eq!(sent.headers.get("x-request-id").unwrap(), "rid");
         assert_eq!(sent.headers.get("x-upstream-request-id").unwrap(), "up-1");
@@ -202,7 +213,7 @@ mod tests {
                 ("content-type", "application/json"),
             ],
         );
-        let sent = response_header(upstream, &[]).unwrap();
+        let sent = response_header(upstream, &[], None).unwrap();
         for gone in ["set-cookie", "alt-svc", "strict-transport-security"] {
             assert!(
                 sent.headers.get(gone).is_none(),
@@ -223,14 +234,14 @@ mod tests {
     #[test]
     fn invalid_statuses_and_framing_are_refused() {
         assert_eq!(
-            response_header(from_upstream(999, &[]), &[]).unwrap_err(),
+            response_header(from_upstream(999, &[]), &[], None).unwrap_err(),
             InvalidResponse::Status(999)
         );
         let chunked = from_upstream(
             200,
             &[("transfer-encoding", "Chunked"), ("content-length", "9")],
         );
-        let sent = response_header(chunked, &[]).unwrap();
+        let sent = response_header(chunked, &[], None).unwrap();
         assert_eq!(sent.headers.get("transfer-encoding").unwrap(), "chunked");
         assert!(
             sent.headers.get("content-length").is_none(),

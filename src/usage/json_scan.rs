@@ -5,6 +5,10 @@
 use super::{Usage, MAX_USAGE_BYTES};
 use std::ops::Range;
 
+pub(super) mod skim;
+
+use skim::{quote_or_backslash, Skimmed, SKIMMED};
+
 /// Where a document's top-level `usage` member sits, as offsets into what was fed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -52,6 +56,14 @@ impl NameBytes {
             _ => Name::Other,
         }
     }
+}
+
+/// The offset after a string that opens at `bytes[at]` (a quote) when it ends in `bytes`
+/// with no escape in it: the usual string, passed over in one step.
+fn plain_string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let rest = bytes.get(at + 1..)?;
+    let end = quote_or_backslash(rest)?;
+    (rest[end] == b'"').then_some(at + end + 2)
 }
 
 /// A `usage` value being read: where it is, and whether it is the top-level member.
@@ -119,6 +131,15 @@ impl JsonScan {
         let mut i = 0;
         while i < bytes.len() {
             let from = i;
+            if !self.in_string {
+                if let Some(shallowest) = self.deep() {
+                    let next = self.skim_deep(bytes, i, shallowest);
+                    if next > i {
+                        i = next;
+                        continue;
+                    }
+                }
+            }
             if self.in_string {
                 i = self.string_run(bytes, i);
             } else {
@@ -132,6 +153,13 @@ impl JsonScan {
                         self.significant_end = self.at;
                     }
                     Skimmed::Quote if !watching => {
+                        // A string value with no escape, whole in this piece: one step.
+                        if let Some(after) = plain_string_end(bytes, i) {
+                            self.at += after - i;
+                            self.significant_end = self.at;
+                            i = after;
+                            continue;
+                        }
                         self.at += 1;
                         self.significant_end = self.at;
                         self.in_string = true;
@@ -179,7 +207,7 @@ impl JsonScan {
             i += 1;
         }
         let quote = loop {
-            match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+            match quote_or_backslash(&bytes[i..]) {
                 None => break None,
                 Some(offset) if bytes[i + offset] == b'\\' => {
                     if i + offset + 1 >= bytes.len() {
@@ -215,6 +243,93 @@ impl JsonScan {
         end
     }
 
+    /// Inside a value where nothing can matter (deeper than any name that matters, or
+    /// inside the `usage` value being read), the shallowest depth at which that holds.
+    fn deep(&self) -> Option<usize> {
+        let shallowest = match self.capture {
+            None if self.outer == Some(Name::Response) => 3,
+            None => 2,
+            Some(Capture {
+                start: Some(_),
+                depth,
+                ..
+            }) => depth + 1,
+            Some(_) => return None,
+        };
+        (self.depth >= shallowest).then_some(shallowest)
+    }
+
+    /// What [`JsonScan::byte`] and [`JsonScan::string_run`] do from `bytes[i]` on while the
+    /// scan stays at `shallowest` or deeper, without the checks that cannot apply there:
+    /// only depth, strings and offsets move. Stops at the end of the piece or of the deep
+    /// value (a `usage` value's closing bracket is left to `byte`, which ends the capture).
+    fn skim_deep(&mut self, bytes: &[u8], mut i: usize, shallowest: usize) -> usize {
+        while i < bytes.len() {
+            let byte = bytes[i];
+            match SKIMMED[usize::from(byte)] {
+                Skimmed::Blank => {
+                    self.at += 1;
+                    i += 1;
+                    continue;
+                }
+                Skimmed::Scalar => {}
+                Skimmed::Quote => {
+                    self.expect_name = false;
+                    if let Some(after) = plain_string_end(bytes, i) {
+                        self.at += after - i;
+                        self.significant_end = self.at;
+                        i = after;
+                        continue;
+                    }
+                    self.at += 1;
+                    self.significant_end = self.at;
+                    self.in_string = true;
+                    i = self.string_run(bytes, i + 1);
+                    if self.in_string {
+                        return i;
+                    }
+                    continue;
+                }
+                Skimmed::Structure => match byte {
+                    b'{' | b'[' => self.open(byte),
+                    b'}' | b']' => {
+                        if self.depth - 1 < shallowest && self.capture.is_some() {
+                            return i;
+                        }
+                        self.depth -= 1;
+                        self.expect_name = false;
+                    }
+                    b',' => self.expect_name = self.is_object(),
+                    _ => self.value_follows(),
+                },
+            }
+            self.at += 1;
+            self.significant_end = self.at;
+            i += 1;
+            if self.depth < shallowest {
+                break;
+            }
+        }
+        i
+    }
+
+    /// A `{` or `[`: one level deeper.
+    fn open(&mut self, byte: u8) {
+        self.depth += 1;
+        if self.depth <= 64 {
+            let bit = 1u64 << (self.depth - 1);
+            if byte == b'{' {
+                self.objects |= bit;
+            } else {
+                self.objects &= !bit;
+            }
+        }
+        self.expect_name = byte == b'{';
+        if self.depth == 1 {
+            self.last_comma = None;
+        }
+    }
+
     /// One byte outside strings.
     fn byte(&mut self, byte: u8) {
         let at = self.at;
@@ -243,21 +358,7 @@ impl JsonScan {
                 }
             }
             b':' => self.value_follows(),
-            b'{' | b'[' => {
-                self.depth += 1;
-                if self.depth <= 64 {
-                    let bit = 1u64 << (self.depth - 1);
-                    if byte == b'{' {
-                        self.objects |= bit;
-                    } else {
-                        self.objects &= !bit;
-                    }
-                }
-                self.expect_name = byte == b'{';
-                if self.depth == 1 {
-                    self.last_comma = None;
-                }
-            }
+            b'{' | b'[' => self.open(byte),
             b'}' | b']' => {
                 if capture_here {
                     // A scalar value ends where its object does.
@@ -346,32 +447,3 @@ impl JsonScan {
         self.value.extend_from_slice(bytes);
     }
 }
-
-/// What a byte outside strings is, for [`JsonScan::feed`].
-#[derive(Clone, Copy)]
-enum Skimmed {
-    /// Whitespace: moves the offset only.
-    Blank,
-    /// Part of a number, `true`, `false` or `null` (or a stray byte): ends a scalar.
-    Scalar,
-    /// Opens a string.
-    Quote,
-    /// A bracket, colon or comma.
-    Structure,
-}
-
-/// [`Skimmed`] for every byte.
-static SKIMMED: [Skimmed; 256] = {
-    let mut table = [Skimmed::Scalar; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        table[byte] = match byte as u8 {
-            b if b.is_ascii_whitespace() => Skimmed::Blank,
-            b'"' => Skimmed::Quote,
-            b'{' | b'[' | b'}' | b']' | b':' | b',' => Skimmed::Structure,
-            _ => Skimmed::Scalar,
-        };
-        byte += 1;
-    }
-    table
-};

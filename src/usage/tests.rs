@@ -217,3 +217,46 @@ fn usage_is_believed_only_when_plausible() {
     assert!(!reasoning.plausible(None), "every count, details included");
     assert_eq!(usage(u64::MAX, 5).total(), u64::MAX, "saturates");
 }
+
+#[test]
+fn the_string_end_search_finds_the_first_quote_or_backslash() {
+    use super::json_scan::skim::quote_or_backslash;
+    let naive = |bytes: &[u8]| bytes.iter().position(|&b| b == b'"' || b == b'\\');
+    // Neighbours of both bytes, zero, and bytes with the high bit (UTF-8) as filler: a
+    // carry from one byte of a word into the next must not make or hide a match.
+    let fillers = [
+        b'!', b'#', b'[', b']', 0x00, 0x01, 0x7f, 0x80, 0xa2, 0xdc, 0xff,
+    ];
+    for len in 0..80 {
+        for filler in fillers {
+            let mut bytes = vec![filler; len];
+            assert_eq!(quote_or_backslash(&bytes), None, "{len} of {filler:#x}");
+            for at in 0..len {
+                for found in [b'"', b'\\'] {
+                    bytes[at] = found;
+                    if at + 1 < len {
+                        // A second match later must not be taken for the first.
+                        bytes[len - 1] = b'"';
+                    }
+                    assert_eq!(quote_or_backslash(&bytes), naive(&bytes), "{len} {at}");
+                    bytes.fill(filler);
+                }
+            }
+        }
+    }
+    // A long string value with escapes, in every split, reads as the whole document does.
+    let long = format!(
+        r#"{{"id":"{}\"\\\u00e9{}","usage":{{"prompt_tokens":7,"completion_tokens":1}}}}"#,
+        "é".repeat(40),
+        "x".repeat(70)
+    );
+    let json = long.as_bytes();
+    for piece in [1, 7, 8, 9, 31, 32, 33, json.len()] {
+        let scan = scan_in_pieces(json, piece);
+        assert_eq!(
+            scan.usage().map(|u| u.total()),
+            Some(8),
+            "pieces of {piece}"
+        );
+    }
+}
