@@ -188,8 +188,35 @@ impl Extractor for Headers<'_> {
 
 /// `text` cut to [`MAX_ATTRIBUTE_CHARS`] characters, for a span name or attribute.
 fn capped(text: &str) -> &str {
+    // Never more characters than bytes: most values end here without a walk over them.
+    if text.len() <= MAX_ATTRIBUTE_CHARS {
+        return text;
+    }
     match text.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
         Some((end, _)) => &text[..end],
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{capped, MAX_ATTRIBUTE_CHARS};
+
+    #[test]
+    fn a_text_is_cut_to_its_first_characters_not_bytes() {
+        let max = MAX_ATTRIBUTE_CHARS;
+        for (text, chars) in [
+            ("a".repeat(max), max),
+            ("a".repeat(max + 1), max),
+            ("é".repeat(max), max),
+            ("é".repeat(max + 1), max),
+            (format!("{}é", "a".repeat(max - 1)), max),
+            ("ab".into(), 2),
+            (String::new(), 0),
+        ] {
+            let cut = capped(&text);
+            assert!(text.starts_with(cut));
+            assert_eq!(cut.chars().count(), chars, "{} bytes", text.len());
+        }
     }
 }

@@ -23,6 +23,9 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// Largest body copied behind the head to go out in one write.
+const COPIED_BODY_BYTES: usize = 16 << 10;
+
 /// Sends `request` on `stream` and reads its answer, at most `max_answer_bytes` of it (head
 /// and body). Fields named `host`, `content-length`, `connection` and `transfer-encoding`
 /// are the client's to set: the request's own are not sent.
@@ -32,8 +35,15 @@ pub fn exchange<S: Read + Write>(
     max_answer_bytes: usize,
 ) -> Result<Answer> {
     let mut wire = request_head(request);
-    wire.extend_from_slice(request.body());
-    stream.write_all(&wire).map_err(write_error)?;
+    let body = request.body();
+    // A small body goes out with the head; a large one is written as it is, not copied.
+    if body.len() <= COPIED_BODY_BYTES {
+        wire.extend_from_slice(body);
+        stream.write_all(&wire).map_err(write_error)?;
+    } else {
+        stream.write_all(&wire).map_err(write_error)?;
+        stream.write_all(body).map_err(write_error)?;
+    }
     stream.flush().map_err(write_error)?;
     read_answer(stream, *request.method() == Method::HEAD, max_answer_bytes)
 }
