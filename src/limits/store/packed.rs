@@ -8,8 +8,8 @@
 //! A number is 8 bytes, little-endian, signed (Lua's `struct` format `<i8`); a lease id is
 //! `{replica:016x}-{lease:016x}`, 33 bytes.
 
-use super::calls::{Settlement, Waiting, ANSWER, UNBUDGETED_ANSWER};
 use super::budget::MAX_MICROS;
+use super::calls::{Settlement, Waiting, ANSWER, UNBUDGETED_ANSWER};
 
 /// Bytes of a lease id in the store (`lease_bytes` in `batch.lua`).
 const LEASE_BYTES: usize = 33;
@@ -130,7 +130,11 @@ fn lease_id(out: &mut Vec<u8>, replica: u64, lease: u64) {
 
 fn hex(out: &mut Vec<u8>, n: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.extend((0..16).rev().map(|digit| DIGITS[((n >> (digit * 4)) & 0xf) as usize]));
+    out.extend(
+        (0..16)
+            .rev()
+            .map(|digit| DIGITS[((n >> (digit * 4)) & 0xf) as usize]),
+    );
 }
 
 #[cfg(test)]
@@ -155,7 +159,13 @@ mod tests {
         assert_eq!(read[0][..10], [0, 5, -1, 7, 1, 100, 99, 12, 1, -1]);
         assert_eq!(read[0][10], -1, "no budget: nothing remaining");
         assert!(answers(&packed, 2, false).is_none(), "too short for two");
-        assert!(answers(&packed, 1, true).is_none(), "too short for a budgeted key");
-        assert!(answers(&packed[..79], 1, false).is_none(), "a partial number");
+        assert!(
+            answers(&packed, 1, true).is_none(),
+            "too short for a budgeted key"
+        );
+        assert!(
+            answers(&packed[..79], 1, false).is_none(),
+            "a partial number"
+        );
     }
 }
