@@ -67,7 +67,8 @@ for a = 1, #KEYS - 3 do
     dirty = false, reserved = false}
   at = at + 2
 end
-local budgeted = #accounts > 0
+local account_count = #accounts
+local budgeted = account_count > 0
 local function spent(account)
   local d, m = 0, 0
   if account.ds == day then d = account.dm end
@@ -105,11 +106,11 @@ for _ = 1, settlements do
       unpack_numbers(settlement_format, settled, position)
     money = -1
   end
-  local reserved = {reserved_minute, reserved_day}
   -- Money: the reservation replaced by the cost, only in the windows it was made in (a
   -- window that has ended since, or an account the store lost, is left as it is).
   if money >= 0 then
-    for _, account in ipairs(accounts) do
+    for a = 1, account_count do
+      local account = accounts[a]
       if account.ds == money_day then
         account.dm, account.dirty = max(0, account.dm - money) + cost, true
       end
@@ -120,9 +121,10 @@ for _ = 1, settlements do
   end
   if used >= 0 then
     for i = 1, 2 do
-      local w = windows[i]
-      if reserved[i] >= 0 and w.limit > 0 then
-        local held, owed = reserved[i] * periods[i] / w.limit, used * periods[i] / w.limit
+      local w, reserved = windows[i], reserved_minute
+      if i == 2 then reserved = reserved_day end
+      if reserved >= 0 and w.limit > 0 then
+        local held, owed = reserved * periods[i] / w.limit, used * periods[i] / w.limit
         if owed < held then
           w.tat = w.tat - (held - owed)
         else
@@ -235,7 +237,8 @@ for _ = 1, admissions do
   -- longest is named (the month over the day, the owner's over the key's on a tie).
   local over_account, over_window, over_limit, over_spent = 0, 0, 0, 0
   if budgeted and cost >= 0 then
-    for a, account in ipairs(accounts) do
+    for a = 1, account_count do
+      local account = accounts[a]
       local spent_day, spent_month = spent(account)
       local limit = account.day_limit
       if limit >= 0 and spent_day + cost > limit and 1 >= over_window then
@@ -272,7 +275,8 @@ for _ = 1, admissions do
       taken[#taken + 1] = lease
     end
     if cost >= 0 then
-      for _, account in ipairs(accounts) do
+      for a = 1, account_count do
+        local account = accounts[a]
         local spent_day, spent_month = spent(account)
         account.ds, account.dm = day, spent_day + cost
         account.ms, account.mm = month, spent_month + cost
@@ -313,7 +317,8 @@ for _ = 1, admissions do
     -- The tightest budget window: what it has left after this request if admitted,
     -- without it if refused.
     local budget_left = -1
-    for _, account in ipairs(accounts) do
+    for a = 1, account_count do
+      local account = accounts[a]
       local spent_day, spent_month = spent(account)
       if account.day_limit >= 0 then
         local left = max(0, account.day_limit - spent_day)
@@ -362,7 +367,7 @@ for a, account in ipairs(accounts) do
   if account.dirty then
     redis.call('HSET', KEYS[3 + a], 'ds', int(account.ds), 'dm', int(account.dm),
       'ms', int(account.ms), 'mm', int(account.mm))
-    if account.reserved then redis.call('PEXPIRE', KEYS[3 + a], int(account_ttl)) end
+    if account.reserved then redis.call('PEXPIRE', KEYS[3 + a], ARGV[9]) end
   end
 end
 return table.concat(answers)
