@@ -310,9 +310,9 @@ for _ = 1, admissions do
       shown, token_limit, token_remaining, token_reset = 2, day_limit, remaining, backlog
     end
   end
-  local answer = pack_numbers('<i8i8i8i8i8i8i8i8i8i8', verdict, ceil(min(wait, max_debt)),
-    rate_remaining, ceil(rate_reset), shown, token_limit, token_remaining,
-    ceil(min(token_reset, periods[2] + max_debt)), reserved_minute, reserved_day)
+  -- One pack per admission (a second one and a concatenation cost Redis ~2.7k
+  -- instructions per request).
+  local answer
   if budgeted then
     -- The tightest budget window: what it has left after this request if admitted,
     -- without it if refused.
@@ -330,8 +330,14 @@ for _ = 1, admissions do
       end
     end
     if verdict ~= 4 then over_account, over_window, over_limit, over_spent = 0, 0, 0, 0 end
-    answer = answer .. pack_numbers('<i8i8i8i8i8', budget_left, over_account, over_window,
-      over_limit, over_spent)
+    answer = pack_numbers('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', verdict, ceil(min(wait, max_debt)),
+      rate_remaining, ceil(rate_reset), shown, token_limit, token_remaining,
+      ceil(min(token_reset, periods[2] + max_debt)), reserved_minute, reserved_day,
+      budget_left, over_account, over_window, over_limit, over_spent)
+  else
+    answer = pack_numbers('<i8i8i8i8i8i8i8i8i8i8', verdict, ceil(min(wait, max_debt)),
+      rate_remaining, ceil(rate_reset), shown, token_limit, token_remaining,
+      ceil(min(token_reset, periods[2] + max_debt)), reserved_minute, reserved_day)
   end
   answers[#answers + 1] = answer
 end
