@@ -410,5 +410,14 @@ mod tests {
         assert_eq!(format_usd(12_500_000), "12.5");
         assert_eq!(format_usd(125), "0.000125");
         assert_eq!(format_usd(3_000_000), "3");
+        // Digit by digit, as `format!` wrote it.
+        for micros in [0, 1, 10, 100_000, 999_999, 1_000_001, 12_340_000, u64::MAX] {
+            let (whole, fraction) = (micros / 1_000_000, micros % 1_000_000);
+            let expected = match fraction {
+                0 => whole.to_string(),
+                _ => format!("{whole}.{}", format!("{fraction:06}").trim_end_matches('0')),
+            };
+            assert_eq!(format_usd(micros), expected, "{micros} micro-dollars");
+        }
     }
 }

@@ -52,7 +52,11 @@ pub(super) fn position(tat: Duration, now: Duration, per_minute: u32, burst: u32
 pub fn format_reset(duration: Duration) -> String {
     let millis = duration.as_millis();
     if millis < 1000 {
-        return format!("{millis}ms");
+        // The usual case (a key with room), on every answer: no `format!`.
+        let mut text = String::with_capacity(5);
+        text.push_str(itoa::Buffer::new().format(millis as u64));
+        text.push_str("ms");
+        return text;
     }
     let total_seconds = duration.as_secs_f64();
     let hours = (total_seconds / 3600.0).floor();
@@ -152,6 +156,8 @@ mod tests {
     #[test]
     fn reset_formats_like_openai() {
         assert_eq!(format_reset(Duration::from_millis(20)), "20ms");
+        assert_eq!(format_reset(Duration::ZERO), "0ms");
+        assert_eq!(format_reset(Duration::from_micros(999_999)), "999ms");
         assert_eq!(format_reset(Duration::from_secs(1)), "1s");
         assert_eq!(format_reset(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_reset(Duration::from_secs(360)), "6m0s");

@@ -33,6 +33,7 @@ mod answer;
 mod budget;
 mod calls;
 mod leases;
+mod packed;
 
 use super::connection::{Client, Connection};
 use super::{RateStatus, TokenStatus, Window};
@@ -200,7 +201,7 @@ impl Store {
         let (sender, receiver) = oneshot::channel();
         let waiting = Waiting {
             estimate,
-            lease: lease.clone(),
+            lease,
             cost,
             now_ms,
             answer: sender,
@@ -250,7 +251,7 @@ impl Store {
         }
         let error = match answer[0] {
             0 => {
-                if let Some(lease) = &lease {
+                if let Some(lease) = lease {
                     self.leases.hold(&key.name, lease);
                 }
                 // Money is reserved where the key has a budget (the store reported one).

@@ -4,7 +4,8 @@
 //! admission in order, decided on the key's limits and budgets at once). And the
 //! [`Grant`] an admitted request holds until its settlement joins that queue.
 
-use super::budget::{account_lifetime, account_limits, accounts, MAX_MICROS};
+use super::budget::{account_lifetime, account_limits, accounts};
+use super::packed::{self, Packed};
 use super::{redis_keys, Store};
 use crate::catalog::Key;
 use crate::limits::budget::{Budgets, Windows};
@@ -18,7 +19,7 @@ const BATCH_MAX: usize = 128;
 pub(super) const ANSWER: usize = 15;
 
 /// Values `batch.lua` answers per admission of a key without: the first ten.
-const UNBUDGETED_ANSWER: usize = 10;
+pub(super) const UNBUDGETED_ANSWER: usize = 10;
 
 /// `batch.lua`'s answer to one admission, and the budget windows of the call that made it.
 pub(super) type Answer = ([i64; ANSWER], Windows);
@@ -78,7 +79,8 @@ impl Limits {
 /// An admission waiting for its answer (`None`: the store could not be used).
 pub(super) struct Waiting {
     pub(super) estimate: u64,
-    pub(super) lease: Option<String>,
+    /// The lease it takes (its number on this replica), for a key with `max_concurrent`.
+    pub(super) lease: Option<u64>,
     /// Micro-dollars to reserve in the key's budgets; `None`: nothing (no price, no budget).
     pub(super) cost: Option<u64>,
     /// The wall clock when the request arrived (Unix ms): the calendar of its budgets.
@@ -99,7 +101,7 @@ pub(super) struct Money {
 pub(super) struct Settlement {
     pub(super) reserved: [i64; 2],
     pub(super) used: i64,
-    pub(super) lease: Option<String>,
+    pub(super) lease: Option<u64>,
     pub(super) money: Option<(Money, u64)>,
 }
 
@@ -210,7 +212,7 @@ impl Store {
         call: Call,
         admissions: &[Waiting],
         settlements: &[Settlement],
-        kept: &[String],
+        kept: &[u64],
     ) -> Option<Vec<[i64; ANSWER]>> {
         let namespace = &self.config.namespace;
         let mut invocation = self.batch.prepare_invoke();
@@ -241,55 +243,21 @@ impl Store {
         for [day, month] in account_limits(key) {
             invocation.arg(day).arg(month);
         }
-        invocation.arg(settlements.len());
-        for settlement in settlements {
-            invocation
-                .arg(settlement.reserved[0])
-                .arg(settlement.reserved[1])
-                .arg(settlement.used)
-                .arg(settlement.lease.as_deref().unwrap_or_default());
-            if budgeted {
-                let (money, cost, day, month) = match &settlement.money {
-                    Some((money, cost)) => (
-                        money.reserved.min(MAX_MICROS) as i64,
-                        (*cost).min(MAX_MICROS),
-                        money.windows.day.0,
-                        money.windows.month.0,
-                    ),
-                    None => (-1, 0, 0, 0),
-                };
-                invocation.arg(money).arg(cost).arg(day).arg(month);
-            }
-        }
-        invocation.arg(kept.len());
-        for lease in kept {
-            invocation.arg(lease);
-        }
-        invocation.arg(admissions.len());
-        for waiting in admissions {
-            invocation
-                .arg(waiting.estimate)
-                .arg(waiting.lease.as_deref().unwrap_or_default());
-            if budgeted {
-                invocation.arg(waiting.cost.map_or(-1, |c| c.min(MAX_MICROS) as i64));
-            }
-        }
-        let answer: Vec<i64> = self
+        let packed = Packed::new(self.replica, budgeted, settlements, kept, admissions);
+        invocation
+            .arg(packed.settled)
+            .arg(packed.settled_leases)
+            .arg(packed.kept_leases)
+            .arg(packed.admitting)
+            .arg(packed.admitted_leases);
+        let answer: Vec<u8> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await?;
-        let each = if budgeted { ANSWER } else { UNBUDGETED_ANSWER };
-        if answer.len() != admissions.len() * each {
+        let answers = packed::answers(&answer, admissions.len(), budgeted);
+        if answers.is_none() {
             self.script_failed();
-            return None;
         }
-        let answers = answer.chunks_exact(each).map(|values| {
-            // Without budgets: no budget remaining (-1) and no budget refusal named.
-            let mut full = [0; ANSWER];
-            full[UNBUDGETED_ANSWER] = -1;
-            full[..each].copy_from_slice(values);
-            full
-        });
-        Some(answers.collect())
+        answers
     }
 }
 
@@ -307,7 +275,7 @@ pub(super) struct Call {
 pub struct Grant {
     store: Arc<Store>,
     key: String,
-    lease: Option<String>,
+    lease: Option<u64>,
     /// Tokens reserved per window (minute, day); -1: no such window.
     reserved: [i64; 2],
     money: Option<Money>,
@@ -320,7 +288,7 @@ impl Grant {
     pub(super) fn new(
         store: &Arc<Store>,
         key: &str,
-        lease: Option<String>,
+        lease: Option<u64>,
         reserved: [i64; 2],
         money: Option<Money>,
     ) -> Grant {
@@ -359,7 +327,7 @@ impl Grant {
     /// Puts the settlement in the queue of the key's next store call.
     fn queue_settlement(&mut self, used: Option<u64>, cost: Option<u64>) {
         let lease = self.lease.take();
-        if let Some(lease) = &lease {
+        if let Some(lease) = lease {
             self.store.leases.give_back(&self.key, lease);
         }
         // Money whose reservation stands needs no settling.

@@ -12,30 +12,30 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Lease ids held by requests in flight on this replica, per key name.
+/// Leases held by requests in flight on this replica (their numbers), per key name.
 #[derive(Default)]
-pub(super) struct Leases(Mutex<HashMap<String, HashSet<String>>>);
+pub(super) struct Leases(Mutex<HashMap<String, HashSet<u64>>>);
 
 impl Leases {
     /// A request of `key` holds `lease`.
-    pub(super) fn hold(&self, key: &str, lease: &str) {
+    pub(super) fn hold(&self, key: &str, lease: u64) {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match held.get_mut(key) {
             Some(leases) => {
-                leases.insert(lease.to_owned());
+                leases.insert(lease);
             }
             None => {
-                held.insert(key.to_owned(), HashSet::from([lease.to_owned()]));
+                held.insert(key.to_owned(), HashSet::from([lease]));
             }
         }
     }
 
     /// The request holding `lease` ended (taken out before its settlement is queued, so a
     /// refresh read after this never writes it again).
-    pub(super) fn give_back(&self, key: &str, lease: &str) {
+    pub(super) fn give_back(&self, key: &str, lease: u64) {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(leases) = held.get_mut(key) {
-            leases.remove(lease);
+            leases.remove(&lease);
             if leases.is_empty() {
                 held.remove(key);
             }
@@ -49,10 +49,10 @@ impl Leases {
     }
 
     /// The leases of `key` held here.
-    pub(super) fn of(&self, key: &str) -> Vec<String> {
+    pub(super) fn of(&self, key: &str) -> Vec<u64> {
         let held = self.0.lock().unwrap_or_else(|p| p.into_inner());
         held.get(key)
-            .map_or_else(Vec::new, |leases| leases.iter().cloned().collect())
+            .map_or_else(Vec::new, |leases| leases.iter().copied().collect())
     }
 }
 
@@ -71,13 +71,14 @@ impl Store {
         };
         queue.lock().unwrap_or_else(|p| p.into_inner()).key = Some(Arc::clone(key));
         let lease = self.new_lease();
-        self.leases.hold(&key.name, &lease);
+        self.leases.hold(&key.name, lease);
         Some(Grant::new(self, &key.name, Some(lease), [-1, -1], None))
     }
 
-    pub(super) fn new_lease(&self) -> String {
-        let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
-        format!("{:016x}-{n}", self.replica)
+    /// A new lease's number on this replica (its id in the store adds the replica's:
+    /// `packed.rs`).
+    pub(super) fn new_lease(&self) -> u64 {
+        self.next_lease.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Writes every lease of this replica's requests in flight to a store that answers
