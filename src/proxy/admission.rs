@@ -193,6 +193,9 @@ impl Proxy {
             }
             Shared::Refused(refused) => {
                 show(ctx, refused.position);
+                // Refused, it is not in flight: the replica's own count lets it go now,
+                // not after its 429 is written (the client's next request may come first).
+                ctx.shared_count = None;
                 Err(refused.error)
             }
             Shared::Unavailable => {
