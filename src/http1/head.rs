@@ -205,6 +205,9 @@ pub(super) fn worth_parsing(buffered: &[u8], before: usize) -> bool {
         || memchr::memmem::find(around, b"\n\n").is_some()
 }
 
+/// Not a standard name, but on most requests and answers a gateway sees.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 /// A field's name as `HeaderName::from_bytes` gives it. The names nearly every message
 /// carries are matched first and given as constants: `from_bytes` lower-cases a name into
 /// a scratch buffer and matches it against every standard name, ~0.2k instructions a field
@@ -219,7 +222,7 @@ pub(crate) fn field_name(raw: &[u8]) -> std::result::Result<HeaderName, header::
         (10, Some(b'c')) => header::CONNECTION,
         (10, Some(b'u')) => header::USER_AGENT,
         (12, Some(b'c')) => header::CONTENT_TYPE,
-        (12, Some(b'x')) => crate::request_id::HEADER,
+        (12, Some(b'x')) => X_REQUEST_ID,
         (13, Some(b'a')) => header::AUTHORIZATION,
         (14, Some(b'c')) => header::CONTENT_LENGTH,
         (17, Some(b't')) => header::TRANSFER_ENCODING,
