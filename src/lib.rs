@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod error;
 pub mod gateway;
 pub mod glob;
+pub mod hex;
 pub mod http1;
 pub mod http2;
 pub mod json_object;

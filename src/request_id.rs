@@ -22,15 +22,11 @@ fn is_valid(value: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// 32 random hexadecimal digits (written by hand: `format!` with a width cost more than
-/// the random number).
+/// 32 random hexadecimal digits.
 fn generate() -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let value = rand::thread_rng().gen::<u128>();
     let mut digits = [0u8; 32];
-    for (i, digit) in digits.iter_mut().enumerate() {
-        *digit = DIGITS[((value >> ((31 - i) * 4)) & 0xf) as usize];
-    }
+    crate::hex::write_lower(&mut digits, &value.to_be_bytes());
     // Hexadecimal digits are ASCII: the check cannot fail, and costs less than a `String`
     // grown a `char` at a time.
     std::str::from_utf8(&digits).unwrap_or_default().to_owned()

@@ -5,6 +5,7 @@
 
 use super::sampling;
 use super::span::{Parent, Recording};
+use crate::hex::write_lower;
 use crate::usage::Usage;
 use opentelemetry::trace::{SpanContext, TraceFlags};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -67,7 +68,7 @@ impl RequestTrace {
     /// The trace ID in lower-case hex, for the access log.
     pub fn trace_id(&self) -> String {
         let mut hex = [0; 32];
-        write_hex(&mut hex, &self.context.trace_id().to_bytes());
+        write_lower(&mut hex, &self.context.trace_id().to_bytes());
         ascii(&hex)
     }
 
@@ -245,10 +246,10 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
         return Vec::new();
     }
     let mut parent = *b"00-0123456789abcdef0123456789abcdef-0123456789abcdef-00";
-    write_hex(&mut parent[3..35], &context.trace_id().to_bytes());
-    write_hex(&mut parent[36..52], &context.span_id().to_bytes());
+    write_lower(&mut parent[3..35], &context.trace_id().to_bytes());
+    write_lower(&mut parent[36..52], &context.span_id().to_bytes());
     // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
-    write_hex(
+    write_lower(
         &mut parent[53..],
         &[(context.trace_flags() & TraceFlags::SAMPLED).to_u8()],
     );
@@ -259,15 +260,6 @@ fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
         fields.push(("tracestate", state));
     }
     fields
-}
-
-/// Writes `bytes` in lower-case hex into `out`, two digits a byte.
-fn write_hex(out: &mut [u8], bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, &byte) in bytes.iter().enumerate().take(out.len() / 2) {
-        out[2 * i] = DIGITS[usize::from(byte >> 4)];
-        out[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
-    }
 }
 
 /// ASCII bytes as a `String` (hex digits and dashes: always valid).

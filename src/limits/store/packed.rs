@@ -129,12 +129,9 @@ fn lease_id(out: &mut Vec<u8>, replica: u64, lease: u64) {
 }
 
 fn hex(out: &mut Vec<u8>, n: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.extend(
-        (0..16)
-            .rev()
-            .map(|digit| DIGITS[((n >> (digit * 4)) & 0xf) as usize]),
-    );
+    let mut digits = [0u8; 16];
+    crate::hex::write_lower(&mut digits, &n.to_be_bytes());
+    out.extend_from_slice(&digits);
 }
 
 #[cfg(test)]
