@@ -153,16 +153,10 @@ impl JsonScan {
                         self.significant_end = self.at;
                     }
                     Skimmed::Quote if !watching => {
-                        // A string value with no escape, whole in this piece: one step.
-                        if let Some(after) = plain_string_end(bytes, i) {
-                            self.at += after - i;
-                            self.significant_end = self.at;
+                        if let Some(after) = self.open_string(bytes, i) {
                             i = after;
                             continue;
                         }
-                        self.at += 1;
-                        self.significant_end = self.at;
-                        self.in_string = true;
                     }
                     _ => self.byte(byte),
                 }
@@ -259,6 +253,17 @@ impl JsonScan {
         (self.depth >= shallowest).then_some(shallowest)
     }
 
+    /// A string value opens at `bytes[i]`: with no escape and whole in this piece it is
+    /// passed in one step and the index after it returned; else it is entered (its bytes
+    /// from `i + 1` on are [`JsonScan::string_run`]'s) and `None` returned.
+    fn open_string(&mut self, bytes: &[u8], i: usize) -> Option<usize> {
+        let after = plain_string_end(bytes, i);
+        self.at += after.map_or(1, |after| after - i);
+        self.significant_end = self.at;
+        self.in_string = after.is_none();
+        after
+    }
+
     /// What [`JsonScan::byte`] and [`JsonScan::string_run`] do from `bytes[i]` on while the
     /// scan stays at `shallowest` or deeper, without the checks that cannot apply there:
     /// only depth, strings and offsets move. Stops at the end of the piece or of the deep
@@ -275,15 +280,10 @@ impl JsonScan {
                 Skimmed::Scalar => {}
                 Skimmed::Quote => {
                     self.expect_name = false;
-                    if let Some(after) = plain_string_end(bytes, i) {
-                        self.at += after - i;
-                        self.significant_end = self.at;
+                    if let Some(after) = self.open_string(bytes, i) {
                         i = after;
                         continue;
                     }
-                    self.at += 1;
-                    self.significant_end = self.at;
-                    self.in_string = true;
                     i = self.string_run(bytes, i + 1);
                     if self.in_string {
                         return i;
