@@ -56,7 +56,7 @@ use crate::telemetry::RequestStart;
 use crate::upstream;
 use context::{Failure, LimitMode};
 use deliver::Destination;
-use downstream::{answer, read_body, read_form, request_host, Read};
+use downstream::{read_body, read_form, request_host, Read};
 use fallback::{check_serves, fallbacks, Needs};
 use std::sync::Arc;
 
@@ -155,7 +155,7 @@ impl Proxy {
         match route {
             Route::ListModels => {
                 let list = catalog.render_list(&key);
-                answer(session, ctx, LocalResponse::json(200, list))
+                self.answer_settled(session, ctx, LocalResponse::json(200, list))
                     .await
                     .map_err(Failure::Abort)
             }
@@ -166,7 +166,7 @@ impl Proxy {
                     .ok_or(RequestError::ModelNotFound { model: id })?;
                 ctx.model_label = Some(model.id.clone());
                 let entry = model.entry_json.clone();
-                answer(session, ctx, LocalResponse::json(200, entry))
+                self.answer_settled(session, ctx, LocalResponse::json(200, entry))
                     .await
                     .map_err(Failure::Abort)
             }
@@ -248,7 +248,8 @@ impl Proxy {
             self.admit_tokens(ctx, key, 0).await?;
             if model.upstream_api == UpstreamApi::OpenAi {
                 let counted = translation::counted_locally(read.body_bytes());
-                return answer(session, ctx, LocalResponse::json(200, counted))
+                return self
+                    .answer_settled(session, ctx, LocalResponse::json(200, counted))
                     .await
                     .map_err(Failure::Abort);
             }

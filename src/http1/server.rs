@@ -182,6 +182,15 @@ impl Session {
         self.responded
     }
 
+    /// Bytes left of an answer whose head declared its length; `None` for any other
+    /// framing. Writing exactly that many ends the body for the client.
+    pub fn response_body_left(&self) -> Option<u64> {
+        match self.writing {
+            Writing::Length(left) => Some(left),
+            _ => None,
+        }
+    }
+
     /// The next bytes of the request body, `None` at its end.
     pub async fn read_request_body(&mut self) -> Result<Option<Bytes>> {
         let read = self.reader.read_body();

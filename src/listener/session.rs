@@ -133,6 +133,16 @@ impl Session {
         either!(self, s => s.response_started())
     }
 
+    /// HTTP/1: bytes left of an answer with a declared length (writing them ends its body
+    /// for the client). HTTP/2: `None` (a stream's end is its `END_STREAM`, whatever its
+    /// `content-length`).
+    pub fn response_body_left(&self) -> Option<u64> {
+        match self {
+            Session::Http1(s) => s.response_body_left(),
+            Session::Http2(..) => None,
+        }
+    }
+
     pub fn read_request_body(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + '_ {
         either_future!(self, s => s.read_request_body())
     }

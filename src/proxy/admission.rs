@@ -44,7 +44,7 @@ impl Proxy {
             limiter.admit_gateway(catalog.max_concurrent)
         };
         match shed {
-            Ok(permit) => ctx.permits.push(permit),
+            Ok(permit) => ctx.gateway_slot = Some(permit),
             Err(error) => {
                 // Shed before the key's own limits: its rate headers still go out, unchanged.
                 ctx.rate = limiter.rate_position(key);

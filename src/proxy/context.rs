@@ -59,7 +59,13 @@ pub struct RequestContext {
     /// Still running at the end of `shutdown_grace`, and ended there.
     pub(super) cut_by_shutdown: bool,
     pub(super) exchange: Exchange,
+    /// Its tokens, money and concurrency were settled (`Proxy::settle`).
+    pub(super) settled: bool,
+    /// The key's concurrency slots, given back when the request is settled.
     pub(super) permits: Vec<Permit>,
+    /// The request's gateway-wide slot: kept until the context drops, as it tells a
+    /// shutdown that the request is still running (its answer still being written).
+    pub(super) gateway_slot: Option<Permit>,
     /// The request counted in its key's in-flight requests while the shared store decides
     /// its limits; given up if the store fails and this process decides them after all.
     pub(super) shared_count: Option<Permit>,
@@ -100,7 +106,9 @@ impl RequestContext {
             since_previous: None,
             cut_by_shutdown: false,
             exchange: Exchange::default(),
+            settled: false,
             permits: Vec::new(),
+            gateway_slot: None,
             shared_count: None,
             in_flight: None,
             trace: None,

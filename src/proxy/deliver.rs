@@ -103,7 +103,13 @@ impl Proxy {
             log::warn!(target: "sluice::proxy", request_id = ctx.request_id.as_str(), model = model.id.as_str(), code = error.code(); "model could not serve the request; its fallback takes it");
         }
         self.note_status(ctx);
-        Ok(())
+        // Settled before the client can see the answer end; then its last bytes and end.
+        self.settle(None, ctx);
+        let last = std::mem::take(&mut ctx.exchange.unsent);
+        session
+            .write_response_body(last, true)
+            .await
+            .map_err(Failure::Abort)
     }
 
     /// The status the upstream's answer gave the client, if one started.

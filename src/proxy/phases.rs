@@ -9,7 +9,7 @@ use super::outcome::{finish_trace, log_request, record_error, refuse_head, settl
 use super::{Proxy, RequestContext};
 use crate::error::RequestError;
 use crate::listener::{App, Session};
-use crate::respond::error_response_in;
+use crate::respond::{error_response_in, LocalResponse};
 use crate::upstream::AfterCut;
 use pingora_core::server::ShutdownWatch;
 
@@ -95,6 +95,9 @@ impl Proxy {
         match self.handle(session, ctx).await {
             Ok(()) => Ok(()),
             Err(Failure::Answer(error)) => {
+                // Settled as the error leaves it (a timed-out upstream may have used tokens).
+                ctx.error = Some(error.clone());
+                self.settle(None, ctx);
                 answer(session, ctx, error_response_in(ctx.error_shape, &error))
                     .await
                     .map_err(Broken::Answer)?;
@@ -160,9 +163,34 @@ impl Proxy {
         self.logging(session, None, ctx);
     }
 
+    /// The request's limits settled: its tokens and money by the usage its answer
+    /// reported, its concurrency slots given back (in this process and, in the key's next
+    /// store call, in the shared store). Done before an answer's end goes out, so that a
+    /// client that sends its next request the moment one ends finds them free; `logging`
+    /// settles a request that ended any other way. Once per request.
+    pub(super) fn settle(&self, e: Option<&Broken>, ctx: &mut RequestContext) {
+        if std::mem::replace(&mut ctx.settled, true) {
+            return;
+        }
+        settle_tokens(&self.gateway, e, ctx);
+        ctx.permits.clear();
+        ctx.shared_count = None;
+    }
+
+    /// A local answer, the request settled first (`settle`).
+    pub(super) async fn answer_settled(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestContext,
+        response: LocalResponse,
+    ) -> Result<(), crate::http1::Error> {
+        self.settle(None, ctx);
+        answer(session, ctx, response).await
+    }
+
     /// Last, for every request that ran: the access-log line and the request metrics.
     fn logging(&self, session: &mut Session, e: Option<&Broken>, ctx: &mut RequestContext) {
-        settle_tokens(&self.gateway, e, ctx);
+        self.settle(e, ctx);
         log_request(&self.gateway, session, e, ctx);
         finish_trace(e, ctx);
     }

@@ -33,6 +33,10 @@ pub struct Exchange {
     pub usage: Option<Usage>,
     /// The model a successful answer says answered, when tracing reads it.
     pub response_model: Option<String>,
+    /// An answer's last bytes, not yet written: they and the body's end go out once the
+    /// caller has settled the request, so its limits are free before the client can see
+    /// the answer end (counted in `bytes_out` already).
+    pub unsent: bytes::Bytes,
 }
 
 /// What goes to the upstream: needed until the answer's header comes, not while its

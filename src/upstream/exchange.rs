@@ -313,7 +313,12 @@ pub(super) async fn exchange(
             Err(outcome) => return outcome,
         };
     let (written, rest) = match held {
-        Some(Held::Whole(body)) => (write_body(session, measured, body).await, false),
+        Some(Held::Whole(body)) => {
+            // Its last bytes: the caller sends them with the end.
+            measured.bytes_out += body.len();
+            measured.unsent = body;
+            (Ok(()), false)
+        }
         Some(Held::Start(start)) => (write_body(session, measured, start).await, true),
         None => (Ok(()), true),
     };
@@ -350,9 +355,7 @@ pub(super) async fn exchange(
     if let Err(outcome) = relayed {
         return outcome;
     }
-    if let Err(e) = session.write_response_body(bytes::Bytes::new(), true).await {
-        return Outcome::ClientGone(e);
-    }
+    // The answer's end is the caller's to send (`Exchange::unsent`).
     match request {
         Request::Whole => release(pool, upstream, connection).await,
         Request::CutShort => connection.shutdown().await,

@@ -335,6 +335,11 @@ pub(super) async fn relay_body(
         };
         tail.remember(&chunk);
         measured.bytes_out += chunk.len();
+        if session.response_body_left() == Some(chunk.len() as u64) {
+            // These bytes end the body for the client: the caller sends them with the end.
+            measured.unsent = chunk;
+            continue;
+        }
         if let Err(e) = session.write_response_body(chunk, false).await {
             // The answer's writer refused the bytes (more than its head declared): ours.
             // Otherwise the client is gone.
@@ -361,6 +366,15 @@ async fn end_cut_stream(
     tail: EventTail,
 ) -> Outcome {
     measured.cut = true;
+    // Bytes held back as the body's last go out first (`Exchange::unsent`).
+    let unsent = std::mem::take(&mut measured.unsent);
+    if !unsent.is_empty() && session.write_response_body(unsent, false).await.is_err() {
+        session.disable_keepalive();
+        return Outcome::Cut {
+            error,
+            then: AfterCut::Close,
+        };
+    }
     if !measured.event_stream {
         // Only a cut is left to tell it: what was written goes out, then the connection
         // closes without the body's end (its length short, or no last chunk).
