@@ -119,19 +119,6 @@ fn reserving(model: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reservation_is_settled_by_its_usage_before_the_answer_ends() {
-    let mock = MockUpstream::start().await;
-    // Two reservations do not fit in the window; an answer's usage (4 tokens) leaves room
-    // for the next one.
-    let gw = TestGateway::start(&limited_config(&mock.url(), "    tokens_per_minute: 1800")).await;
-    let reserving = request(LIMITED, Some(&reserving("chat-model")));
-    for reply in [Reply::completion(), long_completion()] {
-        mock.set_default(reply);
-        back_to_back(&gw, &vec![(reserving.clone(), 200); ROUNDS]).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_stores_lease_and_tokens_go_back_in_the_call_before_the_next_admission() {
     let redis = RedisServer::start();
     let mock = MockUpstream::start().await;
