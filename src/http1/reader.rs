@@ -366,17 +366,40 @@ pub struct AmbiguousLength;
 /// A message's `Content-Length`: every value (fields and comma-separated lists) must be
 /// the same number in decimal digits; `None` when there is none.
 pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, AmbiguousLength> {
-    let mut length = None;
+    let mut lengths = Lengths::default();
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
-            let n = decimal(part.trim_ascii()).ok_or(AmbiguousLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(AmbiguousLength);
+        lengths.add(value.as_bytes());
+    }
+    lengths.length()
+}
+
+/// `Content-Length` values taken one by one (as a head's fields are read, `framing.rs`),
+/// by [`content_length`]'s rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lengths {
+    length: Option<u64>,
+    /// A value was not a number, or not the same number as another.
+    ambiguous: bool,
+}
+
+impl Lengths {
+    /// One field's value (a comma-separated list of numbers).
+    pub fn add(&mut self, value: &[u8]) {
+        for part in value.split(|&b| b == b',') {
+            match decimal(part.trim_ascii()) {
+                Some(n) if self.length.is_none_or(|l| l == n) => self.length = Some(n),
+                _ => self.ambiguous = true,
             }
-            length = Some(n);
         }
     }
-    Ok(length)
+
+    /// The one number the values said, `None` when there was none.
+    pub fn length(&self) -> Result<Option<u64>, AmbiguousLength> {
+        match self.ambiguous {
+            true => Err(AmbiguousLength),
+            false => Ok(self.length),
+        }
+    }
 }
 
 /// `digits` as a number: one or more ASCII digits and nothing else (no sign), within `u64`.
