@@ -274,11 +274,9 @@ impl Session {
         if self.writing == Writing::UntilClose {
             self.keepalive = false;
         }
-        for name in [header::DATE, header::CONNECTION] {
-            if header.headers.contains_key(&name) {
-                header.remove_header(&name);
-            }
-        }
+        // The session writes its own (a look-up each: one that is there is removed by it).
+        header.remove_header(&header::DATE);
+        header.remove_header(&header::CONNECTION);
         let mut wire = BytesMut::with_capacity(512);
         wire.put_slice(match header.version {
             Version::HTTP_10 => b"HTTP/1.0 ",
