@@ -6,7 +6,7 @@
 
 use super::error::{Error, Result};
 use super::framing::Framing;
-use super::head::find_response;
+use super::head::parse_response_bytes;
 use super::reader::{next_piece, Chunk, Piece, Reading};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -94,9 +94,8 @@ pub fn read_answer<S: Read>(
     let mut buf = BytesMut::new();
     let mut read = 0usize;
     let head = loop {
-        if let Some(found) = find_response(&buf)? {
-            let length = found.length;
-            let head = found.read(buf.split_to(length).freeze())?;
+        if let Some((head, length)) = parse_response_bytes(&buf)? {
+            let _ = buf.split_to(length);
             if head.status.is_informational() {
                 continue;
             }

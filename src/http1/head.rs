@@ -6,8 +6,7 @@
 //!   is worth parsing again;
 //! - an upstream's response head: at most [`MAX_RESPONSE_HEAD_BYTES`] (checked by the
 //!   caller as it reads) and [`MAX_FIELDS`] fields, spaces after a field name tolerated,
-//!   the fields sharing the head's bytes (taken out of the buffer: an answer's head is
-//!   written to the client and dropped before its body is relayed), the framing checked.
+//!   the fields copied out (an answer's head is dropped once parsed), the framing checked.
 //!
 //! Both refuse a head `httparse` refuses, a field name or value `http` refuses, and more
 //! than [`MAX_FIELDS`] fields.
@@ -16,7 +15,6 @@ use super::error::{Error, Result};
 use super::framing::{request_framing, response_framing, Framing, FramingFields};
 use crate::http1::connection_tokens::ConnectionFacts;
 use crate::http1::reader::{MessageReader, Reading};
-use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use pingora_http::RequestHeader;
 
@@ -159,27 +157,16 @@ pub struct ResponseHead {
 /// Parses a whole response head at the front of `reader`'s buffer and takes it out; `None`
 /// when more bytes are needed.
 pub(super) fn parse_response(reader: &mut MessageReader) -> Result<Option<ResponseHead>> {
-    let Some(found) = find_response(reader.buffered())? else {
+    let Some((head, length)) = parse_response_bytes(reader.buffered())? else {
         return Ok(None);
     };
-    let head = reader.take(found.length);
-    found.read(head).map(Some)
+    reader.consume(length);
+    Ok(Some(head))
 }
 
-/// A response head found whole at the front of a buffer: its length, its status line, and
-/// where each field lies in it, noted before the head is taken out of the buffer.
-pub(super) struct FoundResponse {
-    /// The head's length in bytes, blank line included.
-    pub length: usize,
-    status: StatusCode,
-    version: Version,
-    /// Each field's name and value, as (start, length) in the head.
-    spans: Vec<((usize, usize), (usize, usize))>,
-}
-
-/// Finds a whole response head at the front of `buffered`; `None` when more bytes are
-/// needed (for a reader of its own too, `blocking_client.rs`).
-pub(super) fn find_response(buffered: &[u8]) -> Result<Option<FoundResponse>> {
+/// Parses a whole response head at the front of `buffered`: the head and its length in
+/// bytes, `None` when more bytes are needed (for a reader of its own, `blocking_client.rs`).
+pub(super) fn parse_response_bytes(buffered: &[u8]) -> Result<Option<(ResponseHead, usize)>> {
     if buffered.is_empty() {
         return Ok(None);
     }
@@ -204,46 +191,26 @@ pub(super) fn find_response(buffered: &[u8]) -> Result<Option<FoundResponse>> {
     } else {
         Version::HTTP_11
     };
-    let base = buffered.as_ptr() as usize;
-    let at = |piece: &[u8]| (piece.as_ptr() as usize - base, piece.len());
-    let spans = response
-        .headers
-        .iter()
-        .map(|field| (at(field.name.as_bytes()), at(field.value)))
-        .collect();
-    Ok(Some(FoundResponse {
-        length,
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    let mut fields = FramingFields::default();
+    for field in response.headers.iter() {
+        let name = field_name(field.name.as_bytes())
+            .map_err(|_| Error::MalformedHead("a response field name"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| Error::MalformedHead("a response field value"))?;
+        fields.add(&name, value.as_bytes());
+        headers.append(name, value);
+    }
+    let framing = response_framing(&fields)
+        .map_err(|_| Error::MalformedHead("a response body framed ambiguously"))?;
+    let head = ResponseHead {
         status,
         version,
-        spans,
-    }))
-}
-
-impl FoundResponse {
-    /// The head, out of its bytes (`length` of them, taken out of the buffer it was found
-    /// in): its values share them, none is copied. A stream's answer does not keep them:
-    /// its head is written to the client and dropped before its body is relayed.
-    pub(super) fn read(self, head: Bytes) -> Result<ResponseHead> {
-        let mut headers = HeaderMap::with_capacity(self.spans.len());
-        let mut fields = FramingFields::default();
-        for ((name, name_len), (value, value_len)) in self.spans {
-            let name = field_name(&head[name..name + name_len])
-                .map_err(|_| Error::MalformedHead("a response field name"))?;
-            let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len))
-                .map_err(|_| Error::MalformedHead("a response field value"))?;
-            fields.add(&name, value.as_bytes());
-            headers.append(name, value);
-        }
-        let framing = response_framing(&fields)
-            .map_err(|_| Error::MalformedHead("a response body framed ambiguously"))?;
-        Ok(ResponseHead {
-            status: self.status,
-            version: self.version,
-            headers,
-            framing,
-            connection: fields.connection,
-        })
-    }
+        headers,
+        framing,
+        connection: fields.connection,
+    };
+    Ok(Some((head, length)))
 }
 
 /// Whether a head of which `buffered` holds the start, `before` bytes of it parsed in

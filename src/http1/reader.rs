@@ -15,7 +15,7 @@
 
 use super::chunk_line;
 use super::error::{Error, Result};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap};
 use pingora_core::protocols::Stream;
 use std::cell::RefCell;
@@ -163,6 +163,17 @@ impl MessageReader {
     /// waiting connection keeps no allocation shared with bytes handed out.
     pub fn take(&mut self, count: usize) -> Bytes {
         take(&mut self.buf, count)
+    }
+
+    /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
+    /// buffer's start instead of splitting it, which would make the buffer shared (one
+    /// more allocation) for bytes nobody keeps.
+    pub fn consume(&mut self, count: usize) {
+        if count >= self.buf.len() {
+            self.buf = BytesMut::new();
+        } else {
+            self.buf.advance(count);
+        }
     }
 
     /// Reads more bytes onto the buffer: how many, 0 at the connection's end.
