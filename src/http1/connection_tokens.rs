@@ -30,7 +30,8 @@ impl ConnectionFacts {
         }
     }
 
-    /// The facts of every `Connection` value in `headers`.
+    /// The facts of every `Connection` value in `headers` (the tests' reference).
+    #[cfg(test)]
     pub fn of(headers: &http::HeaderMap) -> Self {
         let mut facts = ConnectionFacts::default();
         for value in headers.get_all(header::CONNECTION) {
