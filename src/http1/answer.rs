@@ -15,8 +15,8 @@ pub fn slim_request_header(request: &mut RequestHeader) {
     let Ok(mut slim) = RequestHeader::build_no_case(request.method.clone(), b"/", Some(1)) else {
         return;
     };
-    // Copies: the parsed target and values share a copy of the whole head (up to
-    // `max_header_bytes`) for as long as anything refers to them.
+    // Copies: the parsed target and values share the bytes the head was read into, which
+    // may hold more (a body, a pipelined request) for as long as anything refers to them.
     let Ok(uri) = http::Uri::try_from(request.uri.to_string()) else {
         return;
     };

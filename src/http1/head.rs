@@ -2,8 +2,8 @@
 //!
 //! - a client's request head: parsed out of the connection's buffer (`httparse`), at most
 //!   `max_header_bytes` and [`MAX_FIELDS`] fields (else 431), checked (framing, authority),
-//!   made a `RequestHeader` whose fields share one copy of the head's bytes; and when a
-//!   head being read is worth parsing again;
+//!   made a `RequestHeader` whose fields share the head's bytes; and when a head being read
+//!   is worth parsing again;
 //! - an upstream's response head: at most [`MAX_RESPONSE_HEAD_BYTES`] (checked by the
 //!   caller as it reads) and [`MAX_FIELDS`] fields, spaces after a field name tolerated,
 //!   the fields copied out (the head's bytes, once; an answer's head is dropped once
@@ -52,30 +52,34 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
         // Whole, but longer than allowed (its end arrived with the bytes that crossed it).
         return Err(Error::HeadTooLarge);
     }
-    // The head copied once, its target and values slices of the copy: they share no
-    // bytes with what follows in the buffer (a body, a pipelined request), and no list of
-    // where the pieces lie is needed to take the head out of the buffer first.
-    let head = Bytes::copy_from_slice(&buffered[..length]);
+    // Where each piece lies in the head, so the fields can share its bytes once it is
+    // taken out of the buffer.
     let base = buffered.as_ptr() as usize;
-    let piece = |piece: &[u8]| {
-        let start = piece.as_ptr() as usize - base;
-        head.slice(start..start + piece.len())
-    };
+    let at = |piece: &[u8]| (piece.as_ptr() as usize - base, piece.len());
     let method = Method::from_bytes(parsed.method.unwrap_or_default().as_bytes())
         .map_err(|_| Error::MalformedHead("an unreadable request method"))?;
+    let target = at(parsed.path.unwrap_or_default().as_bytes());
     let version = match parsed.version {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    let spans: Vec<((usize, usize), (usize, usize))> = parsed
+        .headers
+        .iter()
+        .map(|field| (at(field.name.as_bytes()), at(field.value)))
+        .collect();
+    let head = reader.take(length);
+    let piece = |(start, len): (usize, usize)| head.slice(start..start + len);
+
+    let mut headers = HeaderMap::with_capacity(spans.len());
     // The framing, the connection's tokens and the `Host` fields, noted as the fields go
     // into the map rather than looked up in it afterwards.
     let mut framing = FramingFields::default();
     let (mut hosts, mut userinfo) = (0usize, false);
-    for field in parsed.headers.iter() {
-        let name = field_name(field.name.as_bytes())
+    for (name, value) in spans {
+        let name = field_name(&head[name.0..name.0 + name.1])
             .map_err(|_| Error::MalformedHead("a request field name"))?;
-        let value = HeaderValue::from_maybe_shared(piece(field.value))
+        let value = HeaderValue::from_maybe_shared(piece(value))
             .map_err(|_| Error::MalformedHead("a request field value"))?;
         if name == header::HOST {
             hosts += 1;
@@ -85,8 +89,7 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
         }
         headers.append(name, value);
     }
-    let target = piece(parsed.path.unwrap_or_default().as_bytes());
-    reader.consume(length);
+    let target = piece(target);
     // An origin-form target (`/path?query`) is the request's `Uri` as it is; any other
     // form, or one `http::Uri` refuses, is read by pingora, which keeps it as sent.
     let uri = match target.first() {

@@ -159,8 +159,14 @@ impl MessageReader {
         })
     }
 
-    /// Drops the first `count` buffered bytes (a head, copied out by its parser). It moves
-    /// the buffer's start instead of splitting it, which would make the buffer shared (one
+    /// The first `count` buffered bytes, taken out. A buffer emptied is let go, so a
+    /// waiting connection keeps no allocation shared with bytes handed out.
+    pub fn take(&mut self, count: usize) -> Bytes {
+        take(&mut self.buf, count)
+    }
+
+    /// Drops the first `count` buffered bytes (a head). Unlike [`Self::take`] it moves the
+    /// buffer's start instead of splitting it, which would make the buffer shared (one
     /// more allocation) for bytes nobody keeps.
     pub fn consume(&mut self, count: usize) {
         if count >= self.buf.len() {
