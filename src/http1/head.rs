@@ -6,8 +6,7 @@
 //!   is worth parsing again;
 //! - an upstream's response head: at most [`MAX_RESPONSE_HEAD_BYTES`] (checked by the
 //!   caller as it reads) and [`MAX_FIELDS`] fields, spaces after a field name tolerated,
-//!   the fields copied out (the head's bytes, once; an answer's head is dropped once
-//!   written), the framing checked.
+//!   the fields copied out (an answer's head is dropped once parsed), the framing checked.
 //!
 //! Both refuse a head `httparse` refuses, a field name or value `http` refuses, and more
 //! than [`MAX_FIELDS`] fields.
@@ -16,7 +15,6 @@ use super::error::{Error, Result};
 use super::framing::{request_framing, response_framing, Framing, FramingFields};
 use crate::http1::connection_tokens::ConnectionFacts;
 use crate::http1::reader::{MessageReader, Reading};
-use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use pingora_http::RequestHeader;
 
@@ -193,18 +191,12 @@ pub(super) fn parse_response_bytes(buffered: &[u8]) -> Result<Option<(ResponseHe
     } else {
         Version::HTTP_11
     };
-    // The head copied once, its values slices of the copy: one allocation where a copy of
-    // each value was one each, and the read buffer is left unshared (the head is
-    // consumed from it, the body read after it).
-    let copy = Bytes::copy_from_slice(&buffered[..length]);
-    let base = buffered.as_ptr() as usize;
     let mut headers = HeaderMap::with_capacity(response.headers.len());
     let mut fields = FramingFields::default();
     for field in response.headers.iter() {
         let name = field_name(field.name.as_bytes())
             .map_err(|_| Error::MalformedHead("a response field name"))?;
-        let start = field.value.as_ptr() as usize - base;
-        let value = HeaderValue::from_maybe_shared(copy.slice(start..start + field.value.len()))
+        let value = HeaderValue::from_bytes(field.value)
             .map_err(|_| Error::MalformedHead("a response field value"))?;
         fields.add(&name, value.as_bytes());
         headers.append(name, value);
