@@ -209,6 +209,11 @@ impl Session {
 
     /// Reads and drops the rest of the request body.
     pub async fn drain_request_body(&mut self) -> Result<()> {
+        if self.reader.body_done() {
+            // Nothing left (the usual case as a request ends): no read set up (~0.2k
+            // instructions, benches/README.md, fourteenth session).
+            return Ok(());
+        }
         while self.read_request_body().await?.is_some() {}
         Ok(())
     }
