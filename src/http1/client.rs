@@ -17,7 +17,6 @@
 //! [`Error::MalformedHead`] or [`Error::MalformedBody`], as is a `101`. What it writes: the request head's bytes as the caller wrote them and the
 //! body, in as few writes as the transport under it allows (`listener/transport.rs`).
 
-use super::connection_tokens::ConnectionTokens;
 use super::error::{Error, Result};
 use super::framing::Framing;
 use super::head::{parse_response, ResponseHead};
@@ -137,7 +136,7 @@ impl Http1 {
         };
         // HTTP/1.0 never keeps a connection after chunked framing.
         let chunked_on_1_0 = head.version == Version::HTTP_10 && head.framing == Framing::Chunked;
-        self.keepalive = ConnectionTokens::of(&head.headers).keep_alive(head.version)
+        self.keepalive = head.connection.keep_alive(head.version)
             && !chunked_on_1_0
             && self.reader.reading != Reading::UntilClose;
     }

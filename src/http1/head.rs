@@ -12,8 +12,8 @@
 //! than [`MAX_FIELDS`] fields.
 
 use super::error::{Error, Result};
-use super::framing::{request_framing, response_framing, Framing};
-use crate::http1::connection_tokens::ConnectionTokens;
+use super::framing::{request_framing, response_framing, Framing, FramingFields};
+use crate::http1::connection_tokens::ConnectionFacts;
 use crate::http1::reader::{MessageReader, Reading};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use pingora_http::RequestHeader;
@@ -70,11 +70,21 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
     let piece = |(start, len): (usize, usize)| head.slice(start..start + len);
 
     let mut headers = HeaderMap::with_capacity(spans.len());
+    // The framing, the connection's tokens and the `Host` fields, noted as the fields go
+    // into the map rather than looked up in it afterwards.
+    let mut framing = FramingFields::default();
+    let (mut hosts, mut userinfo) = (0usize, false);
     for (name, value) in spans {
         let name = field_name(&head[name.0..name.0 + name.1])
             .map_err(|_| Error::MalformedHead("a request field name"))?;
         let value = HeaderValue::from_maybe_shared(piece(value))
             .map_err(|_| Error::MalformedHead("a request field value"))?;
+        if name == header::HOST {
+            hosts += 1;
+            userinfo |= memchr::memchr(b'@', value.as_bytes()).is_some();
+        } else {
+            framing.add(&name, value.as_bytes());
+        }
         headers.append(name, value);
     }
     let target = piece(target);
@@ -84,6 +94,10 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
         Some(b'/') => http::Uri::from_maybe_shared(target.clone()).ok(),
         _ => None,
     };
+    // An origin-form target has no authority of its own: of pingora's authority check
+    // (`validate_request_authority`) only its `Host` rules apply, one field at most and no
+    // userinfo, checked here from what the loop noted (a test holds the two alike).
+    let origin_form = uri.is_some() && method != Method::CONNECT;
     let mut request = match uri {
         Some(uri) => {
             let (mut parts, ()) = http::Request::new(()).into_parts();
@@ -107,15 +121,22 @@ pub(super) fn parse(reader: &mut MessageReader, max_bytes: usize) -> Result<Opti
         }
     };
     // Two `Host` fields, userinfo, a `Host` that differs from an absolute target.
-    pingora_core::protocols::http::authority::validate_request_authority(&request)
-        .map_err(|_| Error::MalformedHead("an ambiguous or malformed authority"))?;
-    let framing = request_framing(&request)?;
+    let ambiguous = || Error::MalformedHead("an ambiguous or malformed authority");
+    if origin_form {
+        if hosts > 1 || userinfo {
+            return Err(ambiguous());
+        }
+    } else {
+        pingora_core::protocols::http::authority::validate_request_authority(&request)
+            .map_err(|_| ambiguous())?;
+    }
+    let connection = framing.connection;
+    let framing = request_framing(request.version, &framing)?;
     if framing.drop_content_length {
         request.remove_header(&header::CONTENT_LENGTH);
     }
     Ok(Some(Head {
-        keepalive: !framing.drop_content_length
-            && ConnectionTokens::of(&request.headers).keep_alive(request.version),
+        keepalive: !framing.drop_content_length && connection.keep_alive(request.version),
         reading: framing.reading,
         request,
     }))
@@ -129,6 +150,8 @@ pub struct ResponseHead {
     pub headers: HeaderMap,
     /// How its body is framed.
     pub framing: Framing,
+    /// Its `Connection` tokens, noted as it was read.
+    pub connection: ConnectionFacts,
 }
 
 /// Parses a whole response head at the front of `reader`'s buffer and takes it out; `None`
@@ -169,20 +192,23 @@ pub(super) fn parse_response_bytes(buffered: &[u8]) -> Result<Option<(ResponseHe
         Version::HTTP_11
     };
     let mut headers = HeaderMap::with_capacity(response.headers.len());
+    let mut fields = FramingFields::default();
     for field in response.headers.iter() {
         let name = field_name(field.name.as_bytes())
             .map_err(|_| Error::MalformedHead("a response field name"))?;
         let value = HeaderValue::from_bytes(field.value)
             .map_err(|_| Error::MalformedHead("a response field value"))?;
+        fields.add(&name, value.as_bytes());
         headers.append(name, value);
     }
-    let framing = response_framing(&headers)
+    let framing = response_framing(&fields)
         .map_err(|_| Error::MalformedHead("a response body framed ambiguously"))?;
     let head = ResponseHead {
         status,
         version,
         headers,
         framing,
+        connection: fields.connection,
     };
     Ok(Some((head, length)))
 }

@@ -16,7 +16,6 @@
 use super::chunk_line;
 use super::error::{Error, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::{header, HeaderMap};
 use pingora_core::protocols::Stream;
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -359,79 +358,10 @@ fn take(buf: &mut BytesMut, count: usize) -> Bytes {
     }
 }
 
-/// `Content-Length` values that do not agree, or one that is not a number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AmbiguousLength;
-
-/// A message's `Content-Length`: every value (fields and comma-separated lists) must be
-/// the same number in decimal digits; `None` when there is none.
-pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, AmbiguousLength> {
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
-            let n = decimal(part.trim_ascii()).ok_or(AmbiguousLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(AmbiguousLength);
-            }
-            length = Some(n);
-        }
-    }
-    Ok(length)
-}
-
-/// `digits` as a number: one or more ASCII digits and nothing else (no sign), within `u64`.
-fn decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        n.checked_mul(10)?.checked_add(u64::from(digit))
-    })
-}
-
 /// A chunk-size line's size (`chunk_line.rs`).
 fn chunk_size(line: &[u8]) -> Result<u64> {
     match chunk_line::chunk_size(line) {
         Some(size) => Ok(size),
         None => Err(Error::MalformedBody("an unreadable chunk size")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn length_of(values: &[&str]) -> Result<Option<u64>, AmbiguousLength> {
-        let mut headers = HeaderMap::new();
-        for value in values {
-            headers.append(header::CONTENT_LENGTH, value.parse().unwrap());
-        }
-        content_length(&headers)
-    }
-
-    #[test]
-    fn a_length_is_one_number_however_often_it_is_said() {
-        assert_eq!(length_of(&[]), Ok(None));
-        assert_eq!(length_of(&["0"]), Ok(Some(0)));
-        assert_eq!(length_of(&[" 42 , 42", "42"]), Ok(Some(42)));
-        assert_eq!(
-            length_of(&["18446744073709551615"]),
-            Ok(Some(u64::MAX)),
-            "the largest u64"
-        );
-        for bad in [
-            &["42", "43"][..],
-            &["42, 43"],
-            &["+42"],
-            &["-1"],
-            &["4 2"],
-            &["42,"],
-            &[""],
-            &["0x10"],
-            &["18446744073709551616"],
-        ] {
-            assert_eq!(length_of(bad), Err(AmbiguousLength), "{bad:?}");
-        }
     }
 }

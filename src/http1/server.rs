@@ -218,6 +218,11 @@ impl Session {
 
     /// Reads and drops the rest of the request body.
     pub async fn drain_request_body(&mut self) -> Result<()> {
+        if self.reader.body_done() {
+            // Nothing left (the usual case as a request ends): no read set up (~0.2k
+            // instructions, benches/README.md, fourteenth session).
+            return Ok(());
+        }
         while self.read_request_body().await?.is_some() {}
         Ok(())
     }
@@ -283,11 +288,9 @@ impl Session {
         if self.writing == Writing::UntilClose {
             self.keepalive = false;
         }
-        for name in [header::DATE, header::CONNECTION] {
-            if header.headers.contains_key(&name) {
-                header.remove_header(&name);
-            }
-        }
+        // The session writes its own (a look-up each: one that is there is removed by it).
+        header.remove_header(&header::DATE);
+        header.remove_header(&header::CONNECTION);
         let mut wire = BytesMut::with_capacity(512);
         wire.put_slice(match header.version {
             Version::HTTP_10 => b"HTTP/1.0 ",

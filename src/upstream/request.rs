@@ -253,7 +253,16 @@ pub fn request_header(
         client.headers.len() + style.headers.len() + 6,
     )?;
     let named_by_connection = ConnectionTokens::of(&client.headers);
+    // The client's `X-Forwarded-For` chain, gathered as the fields pass (not looked up).
+    let mut chain = String::new();
     for (name, value) in client.headers.iter() {
+        if *name == X_FORWARDED_FOR {
+            let hop = value.to_str().ok().map(str::trim);
+            if let Some(hop) = hop.filter(|hop| !hop.is_empty()) {
+                add_hop(&mut chain, hop);
+            }
+            continue;
+        }
         let lower = name.as_str();
         if not_forwarded_up(lower)
             // `Transfer_Encoding` reads as `Transfer-Encoding` where `_` maps to `-` (CGI,
@@ -276,8 +285,11 @@ pub fn request_header(
         &[itoa::Buffer::new().format(body_len).as_bytes()],
     );
     head.checked_field(crate::request_id::HEADER.as_str(), &[request_id.as_bytes()])?;
-    if let Some(forwarded_for) = forwarded_for(client, client_address) {
-        head.checked_field("x-forwarded-for", &[forwarded_for.as_bytes()])?;
+    if let Some(address) = client_address {
+        add_hop(&mut chain, address);
+    }
+    if !chain.is_empty() {
+        head.checked_field("x-forwarded-for", &[chain.as_bytes()])?;
     }
     provider_fields(&mut head, upstream)?;
     for (name, value) in trace.unwrap_or_default() {
@@ -304,24 +316,13 @@ fn provider_fields(head: &mut RequestHead, upstream: &Upstream) -> Result<()> {
     authorize(head, upstream)
 }
 
-/// The client's `X-Forwarded-For` chain with the address the gateway saw appended.
-fn forwarded_for(client: &RequestHeader, address: Option<&str>) -> Option<String> {
-    let mut chain = String::new();
-    let hops = client
-        .headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .chain(address);
-    for hop in hops {
-        if !chain.is_empty() {
-            chain.push_str(", ");
-        }
-        chain.push_str(hop);
+/// Appends a hop to an `X-Forwarded-For` chain: one of the client's values (trimmed; an
+/// empty one, or one not text, is left out), then the address the gateway saw.
+fn add_hop(chain: &mut String, hop: &str) {
+    if !chain.is_empty() {
+        chain.push_str(", ");
     }
-    (!chain.is_empty()).then_some(chain)
+    chain.push_str(hop);
 }
 
 /// Adds the upstream's credential, when it has one, in its `auth_header` after its

@@ -64,9 +64,12 @@ pub fn response_header(
         status: code,
         headers: mut fields,
         framing,
+        connection,
         ..
     } = upstream;
-    let named_by_connection = ConnectionTokens::of(&fields);
+    // The tokens noted as the head was read: the values are looked up again only when
+    // one may name a field.
+    let named_by_connection = ConnectionTokens::with_facts(&fields, connection);
     let unwanted: Vec<HeaderName> = fields
         .keys()
         .filter(|name| {
@@ -193,10 +196,12 @@ mod tests {
     /// A head as the upstream connection reads it (a valid framing).
     fn from_upstream(status: u16, headers: &[(&str, &str)]) -> Head {
         let headers = fields(headers);
+        let read = crate::http1::framing::FramingFields::of(&headers);
         Head {
             status: http::StatusCode::from_u16(status).unwrap(),
             version: http::Version::HTTP_11,
-            framing: crate::http1::framing::response_framing(&headers).unwrap(),
+            framing: crate::http1::framing::response_framing(&read).unwrap(),
+            connection: read.connection,
             headers,
         }
     }

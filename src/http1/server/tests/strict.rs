@@ -160,3 +160,55 @@ async fn a_head_trickled_in_small_reads_never_allocates_past_its_limit() {
     drop(session);
     writer.await.unwrap();
 }
+
+/// An origin-form target's `Host` rules are checked as the head is read, not by pingora's
+/// authority check: the two agree on every request here (methods, one to three `Host`
+/// fields, userinfo anywhere in them, absent), and CONNECT and the other target forms still
+/// go through pingora's.
+#[tokio::test]
+async fn an_origin_form_heads_host_rules_are_pingoras() {
+    use pingora_core::protocols::http::authority::validate_request_authority;
+    let hosts: [&[&str]; 8] = [
+        &[],
+        &["gw"],
+        &["gw:8080"],
+        &["gw", "gw"],
+        &["gw", "other"],
+        &["user@gw"],
+        &["gw@"],
+        &["gw", "gw", "gw"],
+    ];
+    for method in ["GET", "POST", "OPTIONS", "DELETE"] {
+        for fields in hosts {
+            let mut head = format!("{method} /v1/models?x=1 HTTP/1.1\r\n");
+            for host in fields {
+                head.push_str(&format!("Host: {host}\r\n"));
+            }
+            head.push_str("\r\n");
+            let (mut session, _client) = session_after(head.as_bytes()).await;
+            let ours = session.read_request().await;
+            let mut request =
+                RequestHeader::build_no_case(method, b"/v1/models?x=1", None).unwrap();
+            for host in fields {
+                request.append_header(header::HOST, *host).unwrap();
+            }
+            let pingoras = validate_request_authority(&request);
+            assert_eq!(ours.is_ok(), pingoras.is_ok(), "{head:?}");
+            if let Err(error) = ours {
+                assert!(matches!(error, Error::MalformedHead(_)), "{head:?}");
+            }
+        }
+    }
+    // The other forms are pingora's to judge, as before.
+    for head in [
+        "CONNECT gw:443 HTTP/1.1\r\nHost: other:443\r\n\r\n",
+        "GET http://gw/v1/models HTTP/1.1\r\nHost: other\r\n\r\n",
+        "GET http://user@gw/v1/models HTTP/1.1\r\nHost: user@gw\r\n\r\n",
+    ] {
+        let (mut session, _client) = session_after(head.as_bytes()).await;
+        assert!(
+            matches!(session.read_request().await, Err(Error::MalformedHead(_))),
+            "{head:?}"
+        );
+    }
+}
