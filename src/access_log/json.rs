@@ -5,6 +5,7 @@
 //! (`benches/README.md`, callgrind).
 
 use super::AccessRecord;
+use crate::json_object::next_special;
 
 /// Appends `record` to `out` as a JSON object (no line end).
 pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
@@ -235,7 +236,7 @@ fn quoted(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let mut start = 0;
     loop {
-        let at = next_escape(bytes, start);
+        let at = next_special(bytes, start);
         out.extend_from_slice(&bytes[start..at]);
         let Some(&byte) = bytes.get(at) else {
             break;
@@ -254,34 +255,6 @@ fn quoted(out: &mut Vec<u8>, text: &str) {
         }
     }
     out.push(b'"');
-}
-
-/// The position of the first byte from `from` on that needs an escape, or the text's
-/// length. Most values need none: eight bytes are tested at a time in a register.
-fn next_escape(bytes: &[u8], from: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let mut at = from;
-    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let word = u64::from_le_bytes(*chunk);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let backslash = word ^ (ONES * u64::from(b'\\'));
-        // A high bit set in a byte of `(x - 1) & !x` marks a zero byte, and in
-        // `(x - 0x20) & !x` a byte below 0x20; a borrow can mark a byte after a true mark
-        // too, never one before, so the lowest mark is the first byte to escape.
-        let marks = ((quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash)
-            | (word.wrapping_sub(ONES * 0x20) & !word))
-            & HIGHS;
-        if marks != 0 {
-            return at + (marks.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while bytes.get(at).is_some_and(|&b| ESCAPE[usize::from(b)] == 0) {
-        at += 1;
-    }
-    at
 }
 
 /// For each byte: 0 when it passes as it is, else the letter after the backslash (`u`:
