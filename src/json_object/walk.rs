@@ -5,6 +5,7 @@
 //!
 //! Text that is not valid JSON never panics here: a walk that runs off the end stops.
 
+use super::next_special;
 use std::borrow::Cow;
 
 /// The elements of `text`, an array: `None` when it is another kind of value.
@@ -23,7 +24,8 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
 /// A string value decoded: `None` when `text` is not a string.
 pub(crate) fn string(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    if inner.contains('\\') {
+    // Inside a valid string only an escape stops the search.
+    if next_special(inner.as_bytes(), 0) < inner.len() {
         serde_json::from_str::<String>(text).ok().map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(inner))
@@ -142,17 +144,21 @@ fn value_end(bytes: &[u8], start: usize) -> usize {
     }
 }
 
-/// Just past the closing quote of the string whose opening quote is at `start`.
+/// Just past the closing quote of the string whose opening quote is at `start`. The
+/// search is [`next_special`]'s, eight bytes at a time: most strings here are a few bytes
+/// long, shorter than `memchr`'s set-up.
 fn string_end(bytes: &[u8], start: usize) -> usize {
     let mut at = start + 1;
-    while at < bytes.len() {
-        match memchr::memchr2(b'"', b'\\', &bytes[at..]) {
-            Some(offset) if bytes[at + offset] == b'\\' => at += offset + 2,
-            Some(offset) => return at + offset + 1,
-            None => break,
+    loop {
+        at = next_special(bytes, at);
+        match bytes.get(at) {
+            Some(b'"') => return at + 1,
+            // An escape is stepped over whole; a control character (not valid JSON) alone.
+            Some(b'\\') => at += 2,
+            Some(_) => at += 1,
+            None => return bytes.len(),
         }
     }
-    bytes.len()
 }
 
 #[cfg(test)]
