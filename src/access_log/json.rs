@@ -166,7 +166,7 @@ impl<'o> Object<'o> {
                     && (0.0..MAX_FIXED).contains(&thousandths)
                     && thousandths / 1000.0 == value
                 {
-                    fixed(self.out, thousandths as u64, 3);
+                    fixed::<3>(self.out, thousandths as u64);
                 } else {
                     float(self.out, value);
                 }
@@ -180,7 +180,7 @@ impl<'o> Object<'o> {
         self.name(name);
         // Below 10 micro-dollars the shortest form is written with an exponent (`5e-6`).
         if (10..MAX_FIXED as u64).contains(&micros) {
-            fixed(self.out, micros, 6);
+            fixed::<6>(self.out, micros);
         } else {
             float(self.out, micros as f64 / 1_000_000.0);
         }
@@ -202,28 +202,23 @@ fn float(out: &mut Vec<u8>, value: f64) {
     out.extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
 }
 
-/// `units / 10^decimals` as the shortest float form writes it: the whole part, a point,
+/// `units / 10^DECIMALS` as the shortest float form writes it: the whole part, a point,
 /// then the decimals without trailing zeros (`.0` when there are none).
-fn fixed(out: &mut Vec<u8>, units: u64, decimals: u32) {
-    let scale = 10u64.pow(decimals);
+fn fixed<const DECIMALS: usize>(out: &mut Vec<u8>, units: u64) {
+    let scale = 10u64.pow(DECIMALS as u32);
     let (whole, mut part) = (units / scale, units % scale);
     out.extend_from_slice(itoa::Buffer::new().format(whole).as_bytes());
-    out.push(b'.');
-    if part == 0 {
-        out.push(b'0');
-        return;
-    }
-    let mut width = decimals as usize;
-    while part % 10 == 0 {
-        part /= 10;
-        width -= 1;
-    }
-    let mut digits = [b'0'; 6];
-    for slot in digits[..width].iter_mut().rev() {
+    // The point and the decimals, written from the last; at most six of them.
+    let mut text = [b'.', b'0', b'0', b'0', b'0', b'0', b'0'];
+    for slot in text[1..=DECIMALS].iter_mut().rev() {
         *slot = b'0' + (part % 10) as u8;
         part /= 10;
     }
-    out.extend_from_slice(&digits[..width]);
+    let mut end = DECIMALS + 1;
+    while end > 2 && text[end - 1] == b'0' {
+        end -= 1;
+    }
+    out.extend_from_slice(&text[..end]);
 }
 
 /// A JSON string: runs that need no escape are copied whole; `"`, `\` and control
