@@ -7,6 +7,7 @@
 //! of an event stream and feeds them to it. [`strip_event`] takes out of one event what an
 //! injected `stream_options.include_usage` added, for a client that did not ask for it.
 
+use crate::json_object::Object;
 use serde::Deserialize;
 use serde_json::Number;
 
@@ -75,7 +76,16 @@ impl Usage {
     pub fn parse(raw: &[u8]) -> Option<Usage> {
         // Typed, so reading it allocates nothing; any field of the wrong type (a string, a
         // list) makes the whole value malformed, and a count must be a non-negative integer.
-        let raw: RawUsage = serde_json::from_slice(raw).ok()?;
+        // The usual value is read in one pass of our own, with the same result.
+        let raw: RawUsage = match RawUsage::plain(raw) {
+            Some(raw) => raw,
+            None => serde_json::from_slice(raw).ok()?,
+        };
+        Usage::from_raw(raw)
+    }
+
+    /// The usage its fields give, `None` where they are malformed.
+    fn from_raw(raw: RawUsage) -> Option<Usage> {
         let count = |n: Option<Number>| -> Result<Option<u64>, ()> {
             match n {
                 None => Ok(None),
@@ -136,6 +146,64 @@ struct RawUsage<'a> {
 struct Details {
     cached_tokens: Option<Number>,
     reasoning_tokens: Option<Number>,
+}
+
+impl<'a> RawUsage<'a> {
+    /// The fields of the usual `usage` value, read without serde_json's typed reading
+    /// (~2.3k instructions for an answer's usage): an object with no name repeated whose
+    /// fields read are each `null`, plain digits that fit a `u64`, a string (`type`), or
+    /// such an object (the details). `None` for anything else: serde_json then reads it,
+    /// and refuses what it refuses (a repeated field, a count that is a float or negative).
+    fn plain(raw: &'a [u8]) -> Option<Self> {
+        let object = Object::parse(raw).ok().filter(|o| o.repeated.is_none())?;
+        let count = |name: &str| plain_count(object.get(name));
+        let details = |name: &str| -> Option<Option<Details>> {
+            match object.get(name) {
+                None | Some("null") => Some(None),
+                Some(text) => {
+                    let inner = Object::parse(text.as_bytes())
+                        .ok()
+                        .filter(|o| o.repeated.is_none())?;
+                    Some(Some(Details {
+                        cached_tokens: plain_count(inner.get("cached_tokens"))?,
+                        reasoning_tokens: plain_count(inner.get("reasoning_tokens"))?,
+                    }))
+                }
+            }
+        };
+        Some(RawUsage {
+            prompt_tokens: count("prompt_tokens")?,
+            completion_tokens: count("completion_tokens")?,
+            input_tokens: count("input_tokens")?,
+            output_tokens: count("output_tokens")?,
+            total_tokens: count("total_tokens")?,
+            prompt_tokens_details: details("prompt_tokens_details")?,
+            input_tokens_details: details("input_tokens_details")?,
+            completion_tokens_details: details("completion_tokens_details")?,
+            output_tokens_details: details("output_tokens_details")?,
+            cache_creation_input_tokens: count("cache_creation_input_tokens")?,
+            cache_read_input_tokens: count("cache_read_input_tokens")?,
+            kind: match object.get("type") {
+                None | Some("null") => None,
+                Some(text) => Some(crate::json_object::string(text)?),
+            },
+        })
+    }
+}
+
+/// A count's JSON text read as serde_json's `Number` would give it a `u64`: absent or
+/// `null` is no count, plain digits are one; `None` for any other text (left to serde_json).
+fn plain_count(text: Option<&str>) -> Option<Option<Number>> {
+    match text {
+        None | Some("null") => Some(None),
+        // Valid JSON digits have no leading zero; more than 19 may not fit.
+        Some(digits)
+            if (1..=19).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            digits.parse::<u64>().ok().map(|n| Some(Number::from(n)))
+        }
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]
