@@ -6,7 +6,7 @@
 mod scan;
 mod walk;
 
-pub(crate) use scan::next_special;
+pub(crate) use scan::{each_member, next_special};
 pub(crate) use walk::{elements, members, string};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};

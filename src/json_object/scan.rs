@@ -18,13 +18,33 @@ use std::borrow::Cow;
 /// The members of `text`, a JSON object, in document order; `None` where serde_json must
 /// decide (see the module's comment).
 pub(super) fn top_members(text: &str) -> Option<Vec<Member<'_>>> {
+    let mut members = Vec::with_capacity(8);
+    each_member(text, |name, value| {
+        let at = members.len();
+        members.push(Member {
+            name: Cow::Borrowed(name),
+            value,
+            at,
+        });
+        Some(())
+    })?;
+    Some(members)
+}
+
+/// Calls `take` with each member of `text`, a JSON object, in document order: its name
+/// (without escapes) and its value's text. `None` where serde_json must decide (see the
+/// module's comment), or where `take` gives `None`; then the members taken so far are to
+/// be thrown away.
+pub(crate) fn each_member<'a>(
+    text: &'a str,
+    mut take: impl FnMut(&'a str, &'a str) -> Option<()>,
+) -> Option<()> {
     let bytes = text.as_bytes();
     let mut at = blank_end(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
         return None;
     }
     at = blank_end(bytes, at + 1);
-    let mut members = Vec::with_capacity(8);
     if bytes.get(at) == Some(&b'}') {
         at += 1;
     } else {
@@ -38,11 +58,7 @@ pub(super) fn top_members(text: &str) -> Option<Vec<Member<'_>>> {
             }
             let start = blank_end(bytes, at + 1);
             let end = value_end(bytes, start)?;
-            members.push(Member {
-                name: Cow::Borrowed(name),
-                value: text.get(start..end)?,
-                at: members.len(),
-            });
+            take(name, text.get(start..end)?)?;
             at = blank_end(bytes, end);
             match bytes.get(at) {
                 Some(b',') => at = blank_end(bytes, at + 1),
@@ -54,7 +70,7 @@ pub(super) fn top_members(text: &str) -> Option<Vec<Member<'_>>> {
             }
         }
     }
-    (blank_end(bytes, at) == bytes.len()).then_some(members)
+    (blank_end(bytes, at) == bytes.len()).then_some(())
 }
 
 /// Just past the value that starts at `start`, every byte of it checked.
@@ -154,22 +170,13 @@ fn string_end(bytes: &[u8], at: usize, escapes: bool) -> Option<usize> {
 
 /// The position of the first byte from `from` on that a JSON string cannot hold as it is
 /// (`"`, `\` or a control character), or the text's length. Eight bytes are tested at a
-/// time in a register: strings are mostly long runs of plain text.
+/// time in a register: strings are mostly long runs of plain text. (The last few bytes
+/// copied into a word padded with spaces cost as much as testing them one by one.)
+#[inline]
 pub(crate) fn next_special(bytes: &[u8], from: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut at = from;
     while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let word = u64::from_le_bytes(*chunk);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let backslash = word ^ (ONES * u64::from(b'\\'));
-        // A high bit set in a byte of `(x - 1) & !x` marks a zero byte, and in
-        // `(x - 0x20) & !x` a byte below 0x20; a borrow can mark a byte after a true mark
-        // too, never one before, so the lowest mark is the first byte wanted.
-        let marks = ((quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash)
-            | (word.wrapping_sub(ONES * 0x20) & !word))
-            & HIGHS;
+        let marks = special_marks(u64::from_le_bytes(*chunk));
         if marks != 0 {
             return at + (marks.trailing_zeros() / 8) as usize;
         }
@@ -182,6 +189,22 @@ pub(crate) fn next_special(bytes: &[u8], from: usize) -> usize {
         at += 1;
     }
     at
+}
+
+/// The high bit of each byte of `word` set where that byte is `"`, `\` or below 0x20, or
+/// comes after such a byte; the lowest one set marks the first. (A high bit set in a
+/// byte of `(x - 1) & !x` marks a zero byte, and in `(x - 0x20) & !x` a byte below 0x20;
+/// a borrow can mark a byte after a true mark too, never one before.)
+#[inline]
+fn special_marks(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    ((quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash)
+        | (word.wrapping_sub(ONES * 0x20) & !word))
+        & HIGHS
 }
 
 fn literal_end(bytes: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
