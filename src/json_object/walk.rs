@@ -144,13 +144,24 @@ fn value_end(bytes: &[u8], start: usize) -> usize {
     }
 }
 
-/// Just past the closing quote of the string whose opening quote is at `start`. The
-/// search is [`next_special`]'s, eight bytes at a time: most strings here are a few bytes
-/// long, shorter than `memchr`'s set-up.
+/// Just past the closing quote of the string whose opening quote is at `start`. Its first
+/// 32 bytes are searched eight at a time ([`next_special`]): most strings here (names,
+/// roles) end there, and `memchr2`'s set-up costs more than such a search; a longer
+/// string (a prompt) goes on with `memchr2`, many times faster per byte.
 fn string_end(bytes: &[u8], start: usize) -> usize {
+    const NEAR: usize = 32;
     let mut at = start + 1;
     loop {
-        at = next_special(bytes, at);
+        let near_end = bytes.len().min(at.saturating_add(NEAR));
+        let found = next_special(&bytes[..near_end], at);
+        at = if found < near_end {
+            found
+        } else if near_end < bytes.len() {
+            memchr::memchr2(b'"', b'\\', &bytes[near_end..])
+                .map_or(bytes.len(), |offset| near_end + offset)
+        } else {
+            bytes.len()
+        };
         match bytes.get(at) {
             Some(b'"') => return at + 1,
             // An escape is stepped over whole; a control character (not valid JSON) alone.
@@ -204,6 +215,21 @@ mod tests {
         );
         assert_eq!(members("{}").unwrap().count(), 0);
         assert!(members("[1]").is_none());
+    }
+
+    #[test]
+    fn long_strings_end_where_they_end_wherever_an_escape_falls() {
+        for length in 0..100 {
+            for at in 0..length {
+                let mut text: Vec<char> = (0..length).map(|i| ['a', 'é', ']'][i % 3]).collect();
+                text[at] = '\\';
+                text.insert(at + 1, '"');
+                let inner: String = text.into_iter().collect();
+                let list = format!(r#"["{inner}", 1]"#);
+                let found: Vec<&str> = elements(&list).unwrap().collect();
+                assert_eq!(found, [format!(r#""{inner}""#).as_str(), "1"], "{list}");
+            }
+        }
     }
 
     #[test]
