@@ -107,7 +107,9 @@ impl<'o> Object<'o> {
     }
 
     /// A member's name: the record's own names need no escape and are copied as they
-    /// are; a label's name (free text) goes through [`quoted`].
+    /// are; a label's name (free text) goes through [`quoted`]. Inlined, as the members
+    /// that call it, so that each name is copied as a constant.
+    #[inline(always)]
     fn name(&mut self, name: &str) {
         if !std::mem::take(&mut self.empty) {
             self.out.push(b',');
@@ -125,11 +127,13 @@ impl<'o> Object<'o> {
         self.out.push(b':');
     }
 
+    #[inline(always)]
     fn string(&mut self, name: &str, value: &str) {
         self.name(name);
         quoted(self.out, value);
     }
 
+    #[inline(always)]
     fn nullable_string(&mut self, name: &str, value: Option<&str>) {
         match value {
             Some(value) => self.string(name, value),
@@ -137,12 +141,14 @@ impl<'o> Object<'o> {
         }
     }
 
+    #[inline(always)]
     fn integer(&mut self, name: &str, value: u64) {
         self.name(name);
         self.out
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
+    #[inline(always)]
     fn nullable_integer(&mut self, name: &str, value: Option<u64>) {
         match value {
             Some(value) => self.integer(name, value),
@@ -186,6 +192,7 @@ impl<'o> Object<'o> {
         }
     }
 
+    #[inline(always)]
     fn null(&mut self, name: &str) {
         self.name(name);
         self.out.extend_from_slice(b"null");
