@@ -5,7 +5,6 @@
 //!
 //! Text that is not valid JSON never panics here: a walk that runs off the end stops.
 
-use super::next_special;
 use std::borrow::Cow;
 
 /// The elements of `text`, an array: `None` when it is another kind of value.
@@ -24,8 +23,7 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
 /// A string value decoded: `None` when `text` is not a string.
 pub(crate) fn string(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    // Inside a valid string only an escape stops the search.
-    if next_special(inner.as_bytes(), 0) < inner.len() {
+    if inner.contains('\\') {
         serde_json::from_str::<String>(text).ok().map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(inner))
@@ -144,32 +142,17 @@ fn value_end(bytes: &[u8], start: usize) -> usize {
     }
 }
 
-/// Just past the closing quote of the string whose opening quote is at `start`. Its first
-/// 32 bytes are searched eight at a time ([`next_special`]): most strings here (names,
-/// roles) end there, and `memchr2`'s set-up costs more than such a search; a longer
-/// string (a prompt) goes on with `memchr2`, many times faster per byte.
+/// Just past the closing quote of the string whose opening quote is at `start`.
 fn string_end(bytes: &[u8], start: usize) -> usize {
-    const NEAR: usize = 32;
     let mut at = start + 1;
-    loop {
-        let near_end = bytes.len().min(at.saturating_add(NEAR));
-        let found = next_special(&bytes[..near_end], at);
-        at = if found < near_end {
-            found
-        } else if near_end < bytes.len() {
-            memchr::memchr2(b'"', b'\\', &bytes[near_end..])
-                .map_or(bytes.len(), |offset| near_end + offset)
-        } else {
-            bytes.len()
-        };
-        match bytes.get(at) {
-            Some(b'"') => return at + 1,
-            // An escape is stepped over whole; a control character (not valid JSON) alone.
-            Some(b'\\') => at += 2,
-            Some(_) => at += 1,
-            None => return bytes.len(),
+    while at < bytes.len() {
+        match memchr::memchr2(b'"', b'\\', &bytes[at..]) {
+            Some(offset) if bytes[at + offset] == b'\\' => at += offset + 2,
+            Some(offset) => return at + offset + 1,
+            None => break,
         }
     }
+    bytes.len()
 }
 
 #[cfg(test)]
