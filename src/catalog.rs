@@ -69,6 +69,8 @@ pub struct Model {
     pub price: Option<crate::config::Price>,
     /// The API its upstreams speak (`upstream_api`).
     pub upstream_api: crate::endpoint::UpstreamApi,
+    /// Its `sluice_request_duration_seconds`, resolved at its first request's end.
+    pub request_duration: crate::metrics::Held<prometheus::Histogram>,
 }
 
 /// The immutable snapshot every request reads.
@@ -150,6 +152,7 @@ impl Catalog {
                     enforce_output_limit: m.enforce_output_limit,
                     price: m.price,
                     upstream_api: m.upstream_api,
+                    request_duration: Default::default(),
                 })
             })
             .collect();

@@ -3,8 +3,10 @@
 //! JSON parsers disagree on which copy wins and the upstream must never act on a `model`,
 //! `stream` or `tools` other than the one the gateway checked.
 
+mod scan;
 mod walk;
 
+pub(crate) use scan::{each_member, next_special};
 pub(crate) use walk::{elements, members, string};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -12,8 +14,8 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
 
-/// A JSON object's members, each value borrowed from the body, keys borrowed unless they
-/// contain escapes; `repeated` is the first name that appeared twice (in the order the
+/// A JSON object's members, each value's text borrowed from the body, keys borrowed unless
+/// they contain escapes; `repeated` is the first name that appeared twice (in the order the
 /// second copies appear), and `get` finds a name's first copy.
 ///
 /// Kept sorted (see [`order`]) rather than in a hash map: a request body has a handful of
@@ -26,22 +28,34 @@ pub(crate) struct Object<'a> {
     pub(crate) repeated: Option<Cow<'a, str>>,
 }
 
+#[derive(Debug, PartialEq)]
 struct Member<'a> {
     name: Cow<'a, str>,
-    value: &'a RawValue,
+    /// The value's JSON text (valid JSON: checked by [`scan`] or by serde_json).
+    value: &'a str,
     /// Its position in the document.
     at: usize,
 }
 
 impl<'a> Object<'a> {
-    pub(crate) fn get(&self, key: &str) -> Option<&&'a RawValue> {
+    /// `text` read as a JSON object: in one pass of our own ([`scan`]) when it plainly is
+    /// one, else by serde_json, whose error then says what is wrong with it.
+    pub(crate) fn parse(text: &'a [u8]) -> Result<Self, serde_json::Error> {
+        match std::str::from_utf8(text).ok().and_then(scan::top_members) {
+            Some(members) => Ok(Object::from_members(members)),
+            None => serde_json::from_slice(text),
+        }
+    }
+
+    /// The JSON text of the member's first copy.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
         let first = self
             .members
             .partition_point(|m| order(&m.name) < order(key));
         self.members
             .get(first)
             .filter(|m| m.name == key)
-            .map(|m| &m.value)
+            .map(|m| m.value)
     }
 
     fn from_members(mut members: Vec<Member<'a>>) -> Self {
@@ -83,7 +97,11 @@ impl<'de> Visitor<'de> for ObjectVisitor {
         while let Some(MemberName(name)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
             let at = members.len();
-            members.push(Member { name, value, at });
+            members.push(Member {
+                name,
+                value: value.get(),
+                at,
+            });
         }
         Ok(Object::from_members(members))
     }
@@ -126,20 +144,16 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> Object<'_> {
-        serde_json::from_str(text).unwrap()
+        Object::parse(text.as_bytes()).unwrap()
     }
 
     #[test]
     fn members_are_found_by_name_and_a_repeated_name_keeps_its_first_copy() {
         let object = read(r#"{"z":1,"b":[2],"a\u0062c":"x","b":3,"m":null}"#);
-        assert_eq!(object.get("z").unwrap().get(), "1");
-        assert_eq!(object.get("b").unwrap().get(), "[2]", "the first copy");
-        assert_eq!(
-            object.get("abc").unwrap().get(),
-            r#""x""#,
-            "an escaped name"
-        );
-        assert_eq!(object.get("m").unwrap().get(), "null");
+        assert_eq!(object.get("z").unwrap(), "1");
+        assert_eq!(object.get("b").unwrap(), "[2]", "the first copy");
+        assert_eq!(object.get("abc").unwrap(), r#""x""#, "an escaped name");
+        assert_eq!(object.get("m").unwrap(), "null");
         assert!(object.get("a").is_none() && object.get("zz").is_none());
         assert_eq!(object.repeated.as_deref(), Some("b"));
         assert!(read(r#"{}"#).get("a").is_none());
@@ -151,7 +165,7 @@ mod tests {
         // `y` repeats before `a` does, though `a` sorts first and appeared first.
         let object = read(r#"{"a":1,"y":2,"y":3,"a":4,"a":5}"#);
         assert_eq!(object.repeated.as_deref(), Some("y"));
-        assert_eq!(object.get("a").unwrap().get(), "1");
+        assert_eq!(object.get("a").unwrap(), "1");
         // Many members: still found, the repeat still named.
         let mut text = String::from("{");
         for i in 0..5000 {
@@ -159,8 +173,8 @@ mod tests {
         }
         text.push_str(r#""k17":0}"#);
         let object = read(&text);
-        assert_eq!(object.get("k4999").unwrap().get(), "4999");
-        assert_eq!(object.get("k17").unwrap().get(), "17");
+        assert_eq!(object.get("k4999").unwrap(), "4999");
+        assert_eq!(object.get("k17").unwrap(), "17");
         assert_eq!(object.repeated.as_deref(), Some("k17"));
     }
 }

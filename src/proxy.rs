@@ -164,7 +164,7 @@ impl Proxy {
                 let model = catalog
                     .model_for(&key, &id)
                     .ok_or(RequestError::ModelNotFound { model: id })?;
-                ctx.model_label = Some(model.id.clone());
+                ctx.catalog_model = Some(Arc::clone(model));
                 let entry = model.entry_json.clone();
                 self.answer_settled(session, ctx, LocalResponse::json(200, entry))
                     .await
@@ -222,7 +222,7 @@ impl Proxy {
         let model = catalog
             .model_for(key, &model_name)
             .ok_or(RequestError::ModelNotFound { model: model_name })?;
-        ctx.model_label = Some(model.id.clone());
+        ctx.catalog_model = Some(Arc::clone(model));
         // 6. Capabilities, where the route has them.
         let needs = Needs {
             endpoint: endpoint.kind,

@@ -89,7 +89,7 @@ pub fn check_media_type(content_type: Option<&[u8]>) -> Result<(), RequestError>
 
 /// Parses a request body and checks the shape its endpoint type needs.
 pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestError> {
-    let object: Object = serde_json::from_slice(body).map_err(|e| match e.classify() {
+    let object = Object::parse(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => RequestError::InvalidJson {
             detail: "the body must be a JSON object".into(),
         },
@@ -108,20 +108,19 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
         });
     }
 
-    let raw_model = *object
+    let raw_model = object
         .get("model")
         .ok_or(RequestError::MissingParameter { param: "model" })?;
-    let model: Cow<str> = serde_json::from_str(raw_model.get()).map_err(|_| {
+    let model = json_object::string(raw_model).ok_or_else(|| {
         invalid(
             "model",
             "'model' must be a string: a model ID from GET /v1/models.",
         )
     })?;
-    let start = raw_model.get().as_ptr() as usize - body.as_ptr() as usize;
-    let model_span = start..start + raw_model.get().len();
+    let model_span = span(body, raw_model);
 
     for &field in kind.required_fields() {
-        let value = *object
+        let value = object
             .get(field)
             .ok_or(RequestError::MissingParameter { param: field })?;
         if field == "messages" {
@@ -129,7 +128,7 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
         }
     }
 
-    let stream = match object.get("stream").map(|v| v.get()) {
+    let stream = match object.get("stream") {
         None | Some("null") | Some("false") => false,
         Some("true") => true,
         Some(_) => return Err(invalid("stream", "'stream' must be a boolean.")),
@@ -142,21 +141,20 @@ pub fn inspect(body: &[u8], kind: EndpointType) -> Result<ModelRequest, RequestE
     };
     for &field in tool_fields {
         if let Some(raw) = object.get(field) {
-            let list: Option<Vec<&RawValue>> = serde_json::from_str(raw.get())
+            let list: Option<Vec<&RawValue>> = serde_json::from_str(raw)
                 .map_err(|_| invalid(field, &format!("'{field}' must be an array.")))?;
             uses_tools |= list.is_some_and(|l| !l.is_empty());
         }
     }
     let previous_response = match (kind, object.get("previous_response_id")) {
-        (EndpointType::Responses, Some(raw)) if raw.get() != "null" => {
-            let id: Cow<str> = serde_json::from_str(raw.get()).map_err(|_| {
+        (EndpointType::Responses, Some(raw)) if raw != "null" => {
+            let id: Cow<str> = serde_json::from_str(raw).map_err(|_| {
                 invalid(
                     "previous_response_id",
                     "'previous_response_id' must be a string: an ID this gateway returned.",
                 )
             })?;
-            let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
-            Some((id.into_owned(), start..start + raw.get().len()))
+            Some((id.into_owned(), span(body, raw)))
         }
         _ => None,
     };
@@ -187,12 +185,11 @@ fn stream_options(
     let Some(raw) = object.get("stream_options") else {
         return Ok((None, false));
     };
-    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
-    let span = start..start + raw.get().len();
-    if raw.get() == "null" {
+    let span = span(body, raw);
+    if raw == "null" {
         return Ok((Some(span), false));
     }
-    let options: Object = serde_json::from_str(raw.get()).map_err(|_| {
+    let options = Object::parse(raw.as_bytes()).map_err(|_| {
         invalid(
             "stream_options",
             "'stream_options' must be an object, such as {\"include_usage\": true}.",
@@ -203,7 +200,7 @@ fn stream_options(
             key: format!("stream_options.{key}"),
         });
     }
-    let include_usage = match options.get("include_usage").map(|v| v.get()) {
+    let include_usage = match options.get("include_usage") {
         None | Some("null") | Some("false") => false,
         Some("true") => true,
         Some(_) => {
@@ -274,8 +271,14 @@ fn quoted(text: &str) -> String {
     serde_json::Value::String(text.to_owned()).to_string()
 }
 
-fn check_messages(raw: &RawValue) -> Result<(), RequestError> {
-    let messages = json_object::elements(raw.get()).ok_or_else(|| {
+/// The byte range of `value`, a text borrowed from `body`, inside it.
+fn span(body: &[u8], value: &str) -> Range<usize> {
+    let start = value.as_ptr() as usize - body.as_ptr() as usize;
+    start..start + value.len()
+}
+
+fn check_messages(raw: &str) -> Result<(), RequestError> {
+    let messages = json_object::elements(raw).ok_or_else(|| {
         invalid(
             "messages",
             "'messages' must be an array of message objects.",

@@ -56,9 +56,10 @@ pub use translated::AnswerTranslation;
 pub use verdict::AfterCut;
 
 use crate::clock::Clock;
+use crate::metrics::Held;
 use dashmap::DashMap;
 use pingora_core::connectors::TransportConnector;
-use prometheus::IntGauge;
+use prometheus::{Histogram, IntGauge};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,18 +77,29 @@ pub struct Upstreams {
 /// One upstream's state.
 #[derive(Default)]
 struct UpstreamState {
-    in_flight: Arc<AtomicU32>,
+    in_flight: AtomicU32,
     health: Mutex<health::Health>,
     gate: Mutex<Option<gate::Gate>>,
+    /// Its `sluice_upstream_in_flight_requests` and `sluice_upstream_ttfb_seconds`,
+    /// resolved on first use and kept with the state (`metrics/held.rs`).
+    in_flight_gauge: Held<IntGauge>,
+    ttfb: Held<Histogram>,
 }
 
 /// Counts a request as in flight to an upstream (for balancing, and in its gauge) while
 /// it lives.
-pub struct InFlightToUpstream(Arc<AtomicU32>, IntGauge);
+pub struct InFlightToUpstream(Arc<UpstreamState>, IntGauge);
+
+impl InFlightToUpstream {
+    /// The upstream's `sluice_upstream_ttfb_seconds`, once resolved.
+    pub fn ttfb(&self) -> &Held<Histogram> {
+        &self.0.ttfb
+    }
+}
 
 impl Drop for InFlightToUpstream {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.1.dec();
     }
 }
@@ -120,12 +132,18 @@ impl Upstreams {
             .map_or(0, |s| s.in_flight.load(Ordering::Acquire))
     }
 
-    /// Counts one more request in flight to `name` until the guard drops.
-    pub fn start_request(&self, name: &str, gauge: IntGauge) -> InFlightToUpstream {
-        let counter = Arc::clone(&self.state(name).in_flight);
-        counter.fetch_add(1, Ordering::AcqRel);
+    /// Counts one more request in flight to `name` until the guard drops, in the gauge
+    /// `gauge` resolves the first time.
+    pub fn start_request(
+        &self,
+        name: &str,
+        gauge: impl FnOnce() -> IntGauge,
+    ) -> InFlightToUpstream {
+        let state = self.state(name);
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let gauge = state.in_flight_gauge.get(gauge).clone();
         gauge.inc();
-        InFlightToUpstream(counter, gauge)
+        InFlightToUpstream(state, gauge)
     }
 
     /// After a reload: forget upstreams that are gone and idle.

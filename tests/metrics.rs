@@ -204,3 +204,111 @@ async fn series_with_known_labels_exist_at_zero_from_the_first_scrape() {
         );
     }
 }
+
+/// Series handles are kept by the key, the model and the upstream's state: each label set
+/// still moves its own series, and a reload (new catalog entries) moves the same ones.
+#[tokio::test]
+async fn held_series_keep_their_labels_apart_and_survive_a_reload() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.url())).await;
+    let usage = |input: u64| {
+        format!(
+            r#"{{"prompt_tokens":{input},"completion_tokens":1,"total_tokens":{}}}"#,
+            input + 1
+        )
+    };
+    let ask = |model: &'static str, status: u16, input: u64| {
+        match status {
+            200 => mock.push(json_with_usage(&usage(input))),
+            _ => mock.push(Reply::json(status, r#"{"error":{"message":"no"}}"#)),
+        }
+        model
+    };
+    for (model, status, input) in [
+        ("chat-model", 200, 3),
+        ("plain-model", 200, 5),
+        ("chat-model", 400, 0),
+        ("chat-model", 200, 7),
+    ] {
+        let model = ask(model, status, input);
+        let answer = chat(gw.addr(), ALPHA, &chat_body(model)).await;
+        assert_eq!(answer.status, status, "the upstream's status is passed on");
+    }
+    gw.log_lines(4).await;
+    // A reload builds new keys, models and catalog: the same series move on.
+    let config = sluice::config::parse("t.yaml", &config(&mock.url()), None, &test_env)
+        .expect("the test configuration is valid");
+    gw.gateway()
+        .swap_catalog(sluice::catalog::Catalog::build(&config, 2));
+    let model = ask("chat-model", 200, 11);
+    assert_eq!(chat(gw.addr(), ALPHA, &chat_body(model)).await.status, 200);
+    mock.push(json_with_usage(&usage(13)));
+    assert_eq!(
+        chat(gw.addr(), BETA, &chat_body("public-one")).await.status,
+        200
+    );
+    gw.log_lines(6).await;
+
+    for (series, value) in [
+        (
+            r#"sluice_requests_total{key="alpha",model="chat-model",status="200"}"#,
+            3.0,
+        ),
+        (
+            r#"sluice_requests_total{key="alpha",model="chat-model",status="400"}"#,
+            1.0,
+        ),
+        (
+            r#"sluice_requests_total{key="alpha",model="plain-model",status="200"}"#,
+            1.0,
+        ),
+        (
+            r#"sluice_requests_total{key="beta",model="public-one",status="200"}"#,
+            1.0,
+        ),
+        (
+            r#"sluice_tokens_total{key="alpha",kind="input",model="chat-model"}"#,
+            21.0,
+        ),
+        (
+            r#"sluice_tokens_total{key="alpha",kind="output",model="chat-model"}"#,
+            3.0,
+        ),
+        (
+            r#"sluice_tokens_total{key="alpha",kind="input",model="plain-model"}"#,
+            5.0,
+        ),
+        (
+            r#"sluice_tokens_total{key="beta",kind="input",model="public-one"}"#,
+            13.0,
+        ),
+        (
+            r#"sluice_request_duration_seconds_count{model="chat-model"}"#,
+            4.0,
+        ),
+        (
+            r#"sluice_request_duration_seconds_count{model="plain-model"}"#,
+            1.0,
+        ),
+        (
+            r#"sluice_upstream_ttfb_seconds_count{upstream="mock"}"#,
+            6.0,
+        ),
+        (r#"sluice_in_flight_requests{key="alpha"}"#, 0.0),
+        (
+            r#"sluice_upstream_in_flight_requests{upstream="mock"}"#,
+            0.0,
+        ),
+    ] {
+        assert_eq!(gw.metric(series), value, "{series}");
+    }
+    // Resolved on first use: a label set that never moved has no series.
+    let text = String::from_utf8(gw.gateway().render_metrics()).unwrap();
+    for absent in [
+        r#"sluice_requests_total{key="alpha",model="plain-model",status="400"}"#,
+        r#"sluice_request_duration_seconds_count{model="renamed"}"#,
+        r#"sluice_tokens_total{key="beta",kind="input",model="chat-model"}"#,
+    ] {
+        assert!(!text.contains(absent), "{absent} is not exported");
+    }
+}

@@ -5,6 +5,7 @@
 //! (`benches/README.md`, callgrind).
 
 use super::AccessRecord;
+use crate::json_object::next_special;
 
 /// Appends `record` to `out` as a JSON object (no line end).
 pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
@@ -41,9 +42,9 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object
         .out
         .extend_from_slice(if record.stream { b"true" } else { b"false" });
-    object.float("duration_ms", Some(record.duration_ms));
-    object.float("upstream_ms", record.upstream_ms);
-    object.float("ttfb_ms", record.ttfb_ms);
+    object.millis("duration_ms", Some(record.duration_ms));
+    object.millis("upstream_ms", record.upstream_ms);
+    object.millis("ttfb_ms", record.ttfb_ms);
     object.integer("bytes_out", record.bytes_out as u64);
     if record.cut {
         object.name("cut");
@@ -59,7 +60,7 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
         object.integer("retry_after_ms", ms);
     }
     if let Some(ms) = record.since_previous_ms {
-        object.float("since_previous_ms", Some(ms));
+        object.millis("since_previous_ms", Some(ms));
     }
     if let Some(status) = record.upstream_status {
         object.integer("upstream_status", status.into());
@@ -78,7 +79,7 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &AccessRecord) {
     object.nullable_integer("output_tokens", record.output_tokens);
     object.nullable_integer("reserved_tokens", record.reserved_tokens);
     if let Some(micros) = record.cost_usd {
-        object.float("cost_usd", Some(micros as f64 / 1_000_000.0));
+        object.usd("cost_usd", micros);
     }
     if let Some(version) = record.tls_version {
         object.string("tls_version", version);
@@ -106,7 +107,9 @@ impl<'o> Object<'o> {
     }
 
     /// A member's name: the record's own names need no escape and are copied as they
-    /// are; a label's name (free text) goes through [`quoted`].
+    /// are; a label's name (free text) goes through [`quoted`]. Inlined, as the members
+    /// that call it, so that each name is copied as a constant.
+    #[inline(always)]
     fn name(&mut self, name: &str) {
         if !std::mem::take(&mut self.empty) {
             self.out.push(b',');
@@ -124,11 +127,13 @@ impl<'o> Object<'o> {
         self.out.push(b':');
     }
 
+    #[inline(always)]
     fn string(&mut self, name: &str, value: &str) {
         self.name(name);
         quoted(self.out, value);
     }
 
+    #[inline(always)]
     fn nullable_string(&mut self, name: &str, value: Option<&str>) {
         match value {
             Some(value) => self.string(name, value),
@@ -136,12 +141,14 @@ impl<'o> Object<'o> {
         }
     }
 
+    #[inline(always)]
     fn integer(&mut self, name: &str, value: u64) {
         self.name(name);
         self.out
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
+    #[inline(always)]
     fn nullable_integer(&mut self, name: &str, value: Option<u64>) {
         match value {
             Some(value) => self.integer(name, value),
@@ -149,23 +156,76 @@ impl<'o> Object<'o> {
         }
     }
 
-    /// As serde_json writes an `f64`: the shortest form that reads back the same, and
-    /// `null` for what JSON cannot hold (NaN, infinities) or an absent value.
-    fn float(&mut self, name: &str, value: Option<f64>) {
+    /// A duration in milliseconds as serde_json writes the `f64` (the shortest form that
+    /// reads back the same; `null` for NaN, infinities or an absent value). The record's
+    /// durations are whole microseconds (`access_log::millis`): written as fixed-point
+    /// digits, which is that same form, without float formatting.
+    fn millis(&mut self, name: &str, value: Option<f64>) {
         match value.filter(|v| v.is_finite()) {
             Some(value) => {
                 self.name(name);
-                self.out
-                    .extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
+                // The value is an exact number of thousandths (checked): then the shortest
+                // form that reads back the same is those digits (a value this small is far
+                // from a neighbour with fewer digits), written without trailing zeros.
+                let thousandths = (value * 1000.0).round();
+                if value.is_sign_positive()
+                    && (0.0..MAX_FIXED).contains(&thousandths)
+                    && thousandths / 1000.0 == value
+                {
+                    fixed::<3>(self.out, thousandths as u64);
+                } else {
+                    float(self.out, value);
+                }
             }
             None => self.null(name),
         }
     }
 
+    /// Micro-dollars written as USD, as serde_json writes the `f64` `micros / 10^6`.
+    fn usd(&mut self, name: &str, micros: u64) {
+        self.name(name);
+        // Below 10 micro-dollars the shortest form is written with an exponent (`5e-6`).
+        if (10..MAX_FIXED as u64).contains(&micros) {
+            fixed::<6>(self.out, micros);
+        } else {
+            float(self.out, micros as f64 / 1_000_000.0);
+        }
+    }
+
+    #[inline(always)]
     fn null(&mut self, name: &str) {
         self.name(name);
         self.out.extend_from_slice(b"null");
     }
+}
+
+/// Values written as fixed-point digits stay below this many units (thousandths of a
+/// millisecond, micro-dollars): 10^15 is far below 2^53, where every such count is exact,
+/// and the value far below where a neighbouring double would have fewer digits.
+const MAX_FIXED: f64 = 1e15;
+
+/// `value` as serde_json writes an `f64` (the shortest form that reads back the same).
+fn float(out: &mut Vec<u8>, value: f64) {
+    out.extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
+}
+
+/// `units / 10^DECIMALS` as the shortest float form writes it: the whole part, a point,
+/// then the decimals without trailing zeros (`.0` when there are none).
+fn fixed<const DECIMALS: usize>(out: &mut Vec<u8>, units: u64) {
+    let scale = 10u64.pow(DECIMALS as u32);
+    let (whole, mut part) = (units / scale, units % scale);
+    out.extend_from_slice(itoa::Buffer::new().format(whole).as_bytes());
+    // The point and the decimals, written from the last; at most six of them.
+    let mut text = [b'.', b'0', b'0', b'0', b'0', b'0', b'0'];
+    for slot in text[1..=DECIMALS].iter_mut().rev() {
+        *slot = b'0' + (part % 10) as u8;
+        part /= 10;
+    }
+    let mut end = DECIMALS + 1;
+    while end > 2 && text[end - 1] == b'0' {
+        end -= 1;
+    }
+    out.extend_from_slice(&text[..end]);
 }
 
 /// A JSON string: runs that need no escape are copied whole; `"`, `\` and control
@@ -177,23 +237,25 @@ fn quoted(out: &mut Vec<u8>, text: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escape = ESCAPE[usize::from(byte)];
-        if escape == 0 {
-            continue;
-        }
-        out.extend_from_slice(&bytes[start..i]);
-        start = i + 1;
-        if escape == b'u' {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(byte >> 4)]);
-            out.push(HEX[usize::from(byte & 0xf)]);
-        } else {
-            out.push(b'\\');
-            out.push(escape);
+    loop {
+        let at = next_special(bytes, start);
+        out.extend_from_slice(&bytes[start..at]);
+        let Some(&byte) = bytes.get(at) else {
+            break;
+        };
+        start = at + 1;
+        match ESCAPE[usize::from(byte)] {
+            b'u' => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(byte >> 4)]);
+                out.push(HEX[usize::from(byte & 0xf)]);
+            }
+            escape => {
+                out.push(b'\\');
+                out.push(escape);
+            }
         }
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
 
@@ -217,111 +279,4 @@ static ESCAPE: [u8; 256] = {
 };
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    fn by_hand(record: &AccessRecord) -> String {
-        let mut out = Vec::new();
-        write_record(&mut out, record);
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn a_record_with_every_field_is_written_as_serde_json_writes_it() {
-        let labels = BTreeMap::from([
-            ("team".to_string(), "search \"core\"".to_string()),
-            ("tier\n".to_string(), "gold\\1".to_string()),
-        ]);
-        let record = AccessRecord {
-            ts: "2026-11-26T22:00:00.123Z".into(),
-            environment: "prod",
-            request_id: "abc123",
-            trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
-            method: "POST",
-            path: "/v1/chat/completions",
-            host: "gw.example:8080",
-            http_version: "2",
-            key: Some("alpha"),
-            key_owner: Some("Zoë <ops@example.com>"),
-            key_labels: Some(&labels),
-            model: Some("chat\u{1}model\u{1f}\u{7f}"),
-            served_model: Some("fallback"),
-            upstream: Some("primary"),
-            upstream_url: Some("http://127.0.0.1:9/v1/chat/completions"),
-            status: 429,
-            stream: true,
-            duration_ms: 12.345,
-            upstream_ms: Some(0.001),
-            ttfb_ms: Some(1e21),
-            bytes_out: 1_048_576,
-            cut: true,
-            error_code: Some("rate_limited"),
-            error_message: Some("tab\there, cr\r, bs\u{8}, ff\u{c}, \"quoted\" \\ end".into()),
-            retry_after_ms: Some(1500),
-            since_previous_ms: Some(250.5),
-            upstream_status: Some(503),
-            upstream_error_code: Some("overloaded"),
-            upstream_request_id: Some("req_9"),
-            cut_by_shutdown: true,
-            input_tokens: Some(12),
-            output_tokens: Some(u64::MAX),
-            reserved_tokens: Some(0),
-            cost_usd: Some(1_234_567),
-            tls_version: Some("TLSv1.3"),
-            tls_client_subject: Some("CN=team \"a\"\\,O=acme"),
-        };
-        assert_eq!(by_hand(&record), serde_json::to_string(&record).unwrap());
-    }
-
-    #[test]
-    fn strings_are_escaped_as_serde_json_escapes_them_wherever_the_escape_falls() {
-        for special in [
-            '"', '\\', '\n', '\u{1}', '\u{1f}', '\u{7f}', 'é', ' ', '!', '#',
-        ] {
-            for length in 0..24 {
-                for at in 0..length {
-                    let text: String = (0..length)
-                        .map(|i| {
-                            if i == at {
-                                special
-                            } else {
-                                char::from(b'a' + (i % 26) as u8)
-                            }
-                        })
-                        .collect();
-                    let mut out = Vec::new();
-                    quoted(&mut out, &text);
-                    assert_eq!(
-                        String::from_utf8(out).unwrap(),
-                        serde_json::to_string(&text).unwrap(),
-                        "{text:?}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn absent_values_are_null_or_left_out_as_serde_json_does() {
-        let record = AccessRecord {
-            ts: String::new(),
-            duration_ms: f64::NAN,
-            upstream_ms: Some(f64::INFINITY),
-            ..AccessRecord::default()
-        };
-        let written = by_hand(&record);
-        assert_eq!(written, serde_json::to_string(&record).unwrap());
-        assert!(written.contains(r#""duration_ms":null"#), "{written}");
-        let empty_labels = BTreeMap::new();
-        let labelled = AccessRecord {
-            key_labels: Some(&empty_labels),
-            duration_ms: 0.0,
-            ..AccessRecord::default()
-        };
-        assert_eq!(
-            by_hand(&labelled),
-            serde_json::to_string(&labelled).unwrap()
-        );
-    }
-}
+mod tests;

@@ -33,6 +33,8 @@ pub struct Key {
     pub budget: Option<crate::config::Budget>,
     /// The budget of its owner (`owners:`), shared with the owner's other keys.
     pub owner_budget: Option<crate::config::Budget>,
+    /// Its metric series, resolved as its requests first move them.
+    pub series: crate::metrics::KeySeries,
 }
 
 impl Key {
@@ -70,6 +72,7 @@ impl Key {
             // Money is decided by the budget ledger with the key as configured.
             budget: None,
             owner_budget: None,
+            series: Default::default(),
         }
     }
 
@@ -129,5 +132,6 @@ pub(super) fn build_key(key: &KeyConfig, owners: &[crate::config::OwnerConfig]) 
         tokens_per_day: key.tokens_per_day,
         budget: key.budget,
         owner_budget,
+        series: Default::default(),
     }
 }

@@ -201,6 +201,21 @@ mod tests {
     }
 
     #[test]
+    fn long_strings_end_where_they_end_wherever_an_escape_falls() {
+        for length in 0..100 {
+            for at in 0..length {
+                let mut text: Vec<char> = (0..length).map(|i| ['a', 'é', ']'][i % 3]).collect();
+                text[at] = '\\';
+                text.insert(at + 1, '"');
+                let inner: String = text.into_iter().collect();
+                let list = format!(r#"["{inner}", 1]"#);
+                let found: Vec<&str> = elements(&list).unwrap().collect();
+                assert_eq!(found, [format!(r#""{inner}""#).as_str(), "1"], "{list}");
+            }
+        }
+    }
+
+    #[test]
     fn strings_decode_and_other_values_are_not_strings() {
         assert_eq!(string(r#""user""#).as_deref(), Some("user"));
         assert_eq!(string(r#""us\u0065r""#).as_deref(), Some("user"));

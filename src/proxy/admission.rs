@@ -93,12 +93,13 @@ impl Proxy {
             self.admit_locally(ctx, &local)?;
         }
         self.hold_local_lease(ctx);
-        let gauge = self
-            .gateway
-            .metrics
-            .in_flight
-            .with_label_values(&[&key.name]);
-        ctx.in_flight = Some(InFlight::new(gauge));
+        let gauge = key.series.in_flight.get(|| {
+            self.gateway
+                .metrics
+                .in_flight
+                .with_label_values(&[&key.name])
+        });
+        ctx.in_flight = Some(InFlight::new(gauge.clone()));
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //! everything in it: limit permits and the in-flight gauge, whether the request finished,
 //! failed, lost its client or was cancelled at shutdown.
 
-use crate::catalog::{Catalog, Key};
+use crate::catalog::{Catalog, Key, Model};
 use crate::error::RequestError;
 use crate::http1::Error;
 use crate::limits::{Grant, Permit, RateStatus, Reservation, TokenStatus};
@@ -21,7 +21,8 @@ pub struct RequestContext {
     pub(super) key: Option<Arc<Key>>,
     /// The model ID as the client sent it (for the log), and the catalog ID once known.
     pub(super) model: Option<String>,
-    pub(super) model_label: Option<String>,
+    /// The catalog model asked for, once known: its ID labels the request's metrics.
+    pub(super) catalog_model: Option<Arc<Model>>,
     /// The catalog ID of the model whose upstream answered: the one asked for, or a
     /// fallback.
     pub(super) served_model: Option<String>,
@@ -85,7 +86,7 @@ impl RequestContext {
             catalog: None,
             key: None,
             model: None,
-            model_label: None,
+            catalog_model: None,
             served_model: None,
             called: Called::default(),
             stream: false,

@@ -7,7 +7,7 @@ use crate::access_log::{millis, now_rfc3339, AccessRecord};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::listener::Session;
-use crate::metrics::UNKNOWN;
+use crate::metrics::{ModelCounter, UNKNOWN};
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace};
 use pingora_http::ResponseHeader;
@@ -57,12 +57,16 @@ pub(super) fn settle_tokens(gateway: &Gateway, e: Option<&Broken>, ctx: &mut Req
     }
     let usage = ctx.exchange.usage;
     if let (Some(usage), Some(key)) = (usage, &ctx.key) {
-        let model = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
-        for (kind, count) in [("input", usage.input), ("output", usage.output)] {
-            metrics
-                .tokens
-                .with_label_values(&[&key.name, model, kind])
-                .inc_by(count);
+        let counts = [
+            (ModelCounter::InputTokens, "input", usage.input),
+            (ModelCounter::OutputTokens, "output", usage.output),
+        ];
+        for (which, kind, count) in counts {
+            let resolve = |model: &str| metrics.tokens.with_label_values(&[&key.name, model, kind]);
+            match &ctx.catalog_model {
+                Some(model) => key.series.add(model, which, count, || resolve(&model.id)),
+                None => resolve(UNKNOWN).inc_by(count),
+            }
         }
     }
     let client_gone = e.is_some() && ctx.error.is_none();
@@ -108,20 +112,38 @@ pub(super) fn log_request(
     let duration = ctx.started.elapsed();
     let request = session.req_header();
     let key = ctx.key.as_ref().map(|k| k.name.as_str());
-    let model_label = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
+    let model_label = ctx
+        .catalog_model
+        .as_ref()
+        .map_or(UNKNOWN, |m| m.id.as_str());
     let status = if ctx.status == 0 { 499 } else { ctx.status };
     let metrics = &gateway.metrics;
     // Every status we record (100-999) has its text ready in `StatusCode`.
-    let code = http::StatusCode::from_u16(status).ok();
-    let status_text = code.as_ref().map_or(UNKNOWN, http::StatusCode::as_str);
-    metrics
-        .requests
-        .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, status_text])
-        .inc();
-    metrics
-        .request_duration
-        .with_label_values(&[model_label])
-        .observe(duration.as_secs_f64());
+    let resolve = || {
+        let code = http::StatusCode::from_u16(status).ok();
+        let status_text = code.as_ref().map_or(UNKNOWN, http::StatusCode::as_str);
+        metrics
+            .requests
+            .with_label_values(&[key.unwrap_or(UNKNOWN), model_label, status_text])
+    };
+    match (&ctx.key, &ctx.catalog_model) {
+        (Some(key), Some(model)) => {
+            key.series
+                .add(model, ModelCounter::Requests(status), 1, resolve)
+        }
+        _ => resolve().inc(),
+    }
+    let seconds = duration.as_secs_f64();
+    match &ctx.catalog_model {
+        Some(model) => model
+            .request_duration
+            .get(|| metrics.request_duration.with_label_values(&[model_label]))
+            .observe(seconds),
+        None => metrics
+            .request_duration
+            .with_label_values(&[model_label])
+            .observe(seconds),
+    }
     let served_model = ctx.served_model.as_deref();
     if let Some(served) = served_model.filter(|served| *served != model_label) {
         metrics

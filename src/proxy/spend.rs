@@ -116,7 +116,10 @@ pub(super) fn settle_budget(
     }
     ctx.cost_micros = cost;
     if let (Some(cost), Some(key)) = (cost.filter(|c| *c > 0), &ctx.key) {
-        let model = ctx.model_label.as_deref().unwrap_or(UNKNOWN);
+        let model = ctx
+            .catalog_model
+            .as_ref()
+            .map_or(UNKNOWN, |m| m.id.as_str());
         gateway
             .metrics
             .spend

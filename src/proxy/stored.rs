@@ -13,6 +13,7 @@ use crate::percent::percent_encode;
 use crate::response_id::{IdIssuer, StoredResponseId};
 use crate::route::StoredAction;
 use crate::upstream::{RequestBody, Stored};
+use std::sync::Arc;
 
 impl Proxy {
     /// Who may read the stored-response IDs of a request by `key`, and the secrets that
@@ -61,7 +62,7 @@ impl Proxy {
             .model_for(key, &named.model)
             .filter(|m| m.endpoints.contains(&EndpointType::Responses))
             .ok_or(RequestError::ResponseNotFound)?;
-        ctx.model_label = Some(model.id.clone());
+        ctx.catalog_model = Some(Arc::clone(model));
         let stored = stored_at(model, named, false)?;
         // A cancel may carry a body; it passes as it is.
         let body = match action {

@@ -38,10 +38,10 @@ pub(super) fn output_limit(
     let mut seen: Option<(&str, u64)> = None;
     let mut asked = None;
     for field in OUTPUT_LIMIT_NAMES {
-        let Some(raw) = object.get(field).filter(|raw| raw.get() != "null") else {
+        let Some(raw) = object.get(field).filter(|&raw| raw != "null") else {
             continue;
         };
-        let limit = serde_json::from_str::<u64>(raw.get())
+        let limit = serde_json::from_str::<u64>(raw)
             .ok()
             .filter(|&n| n <= MAX_OUTPUT_TOKENS)
             .ok_or_else(|| {

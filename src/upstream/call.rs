@@ -7,9 +7,11 @@ use super::request::RequestHead;
 use super::translated::AnswerTranslation;
 use super::verdict::Onward;
 use crate::catalog::Upstream;
+use crate::metrics::Held;
 use crate::respond::ErrorShape;
 use crate::response_id::IdRewrite;
 use crate::usage::Usage;
+use prometheus::Histogram;
 use std::time::{Duration, Instant};
 
 /// What a request's exchanges measured, for the access log, metrics and `server-timing`.
@@ -49,6 +51,8 @@ pub struct Outgoing {
 /// One request to send upstream.
 pub struct Call<'a> {
     pub upstream: &'a Upstream,
+    /// The upstream's `sluice_upstream_ttfb_seconds`, resolved at its first answer.
+    pub ttfb: &'a Held<Histogram>,
     /// When the client's request arrived (for `server-timing`).
     pub request_started: Instant,
     /// The gateway's headers for the response (request ID, the key's rate position).

@@ -227,12 +227,11 @@ async fn attempts(
                 return Delivery::Refused(RequestError::Internal);
             }
         };
-        let in_flight = upstreams.start_request(
-            &upstream.name,
+        let in_flight = upstreams.start_request(&upstream.name, || {
             metrics
                 .upstream_in_flight
-                .with_label_values(&[&upstream.name]),
-        );
+                .with_label_values(&[&upstream.name])
+        });
         // A stored response lives on this target only: it never moves.
         let movable = dispatch.stored.is_none();
         let onward = Onward {
@@ -242,6 +241,7 @@ async fn attempts(
         };
         let call = Call {
             upstream,
+            ttfb: in_flight.ttfb(),
             request_started: dispatch.request_started,
             response_headers: &dispatch.response_headers,
             onward,

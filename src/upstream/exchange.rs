@@ -107,9 +107,8 @@ pub(super) async fn exchange(
         measured.ttfb = Some(ttfb);
         let status = response.status.as_u16();
         measured.status = Some(status);
-        metrics
-            .upstream_ttfb
-            .with_label_values(&[&upstream.name])
+        call.ttfb
+            .get(|| metrics.upstream_ttfb.with_label_values(&[&upstream.name]))
             .observe(ttfb.as_secs_f64());
 
         if matches!(status, 401 | 403) {

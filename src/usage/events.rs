@@ -172,12 +172,12 @@ pub fn strip_event(event: &[u8]) -> Stripped {
 
 /// Whether a chunk's `choices` is empty or absent: it carried nothing but usage.
 fn has_no_choices(chunk: &[u8]) -> bool {
-    let Ok(object) = serde_json::from_slice::<Object>(chunk) else {
+    let Ok(object) = Object::parse(chunk) else {
         return false;
     };
     match object.get("choices") {
         None => true,
-        Some(raw) => serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get())
+        Some(raw) => serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw)
             .is_ok_and(|list| list.is_empty()),
     }
 }

@@ -260,3 +260,59 @@ fn the_string_end_search_finds_the_first_quote_or_backslash() {
         );
     }
 }
+
+#[test]
+fn the_usual_usage_is_read_without_serde_json_as_serde_json_reads_it() {
+    let by_serde = |raw: &[u8]| {
+        serde_json::from_slice::<RawUsage>(raw)
+            .ok()
+            .and_then(Usage::from_raw)
+    };
+    let usual: &[&[u8]] = &[
+        br#"{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42,"prompt_tokens_details":{"cached_tokens":8,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":20}}"#,
+        br#"{"input_tokens":5,"output_tokens":7,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":3}}"#,
+        br#"{"input_tokens":5,"cache_creation_input_tokens":100,"cache_read_input_tokens":40,"output_tokens":7}"#,
+        br#"{"prompt_tokens":9,"total_tokens":9}"#,
+        br#"{"type":"duration","seconds":3.5}"#,
+        br#"{"type":"tokens","total_tokens":0,"prompt_tokens_details":null,"x":[1,{"y":"z"}]}"#,
+        br#"{"prompt_tokens":1234567890123456789,"completion_tokens":null}"#,
+        br#" { "prompt_tokens" : 1 , "completion_tokens" : 2 } "#,
+        br#"{}"#,
+    ];
+    for raw in usual {
+        assert!(RawUsage::plain(raw).is_some(), "read in one pass: {raw:?}");
+        assert_eq!(
+            Usage::parse(raw),
+            by_serde(raw),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    // Left to serde_json, which decides as before.
+    let other: &[&[u8]] = &[
+        br#"{"prompt_tokens":1.0,"completion_tokens":2}"#,
+        br#"{"prompt_tokens":-1,"completion_tokens":2}"#,
+        br#"{"prompt_tokens":1e2,"completion_tokens":2}"#,
+        br#"{"prompt_tokens":18446744073709551615,"completion_tokens":2}"#,
+        br#"{"prompt_tokens":18446744073709551616,"completion_tokens":2}"#,
+        br#"{"prompt_tokens":"1","completion_tokens":2}"#,
+        br#"{"prompt_tokens":1,"prompt_tokens":2}"#,
+        br#"{"prompt_tokens":1,"prompt_tokens_details":{"cached_tokens":1,"cached_tokens":2}}"#,
+        br#"{"prompt_tokens":1,"prompt_tokens_details":[1]}"#,
+        br#"{"prompt_tokens":1,"prompt_tokens_details":{"cached_tokens":true}}"#,
+        br#"{"prompt_\u0074okens":4,"completion_tokens":2}"#,
+        br#"{"type":5,"total_tokens":1}"#,
+        br#"{"type":"dur\u0061tion"}"#,
+        br#"[1,2,3,4,5,null,null,null,null,null,null,null]"#,
+        br#"null"#,
+        br#"{"prompt_tokens":1,}"#,
+    ];
+    for raw in other {
+        assert_eq!(
+            Usage::parse(raw),
+            by_serde(raw),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+}
