@@ -3,10 +3,10 @@
 //! JSON parsers disagree on which copy wins and the upstream must never act on a `model`,
 //! `stream` or `tools` other than the one the gateway checked.
 
-mod scan;
+mod special;
 mod walk;
 
-pub(crate) use scan::{each_member, next_special};
+pub(crate) use special::next_special;
 pub(crate) use walk::{elements, members, string};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -31,20 +31,16 @@ pub(crate) struct Object<'a> {
 #[derive(Debug, PartialEq)]
 struct Member<'a> {
     name: Cow<'a, str>,
-    /// The value's JSON text (valid JSON: checked by [`scan`] or by serde_json).
+    /// The value's JSON text (checked by serde_json).
     value: &'a str,
     /// Its position in the document.
     at: usize,
 }
 
 impl<'a> Object<'a> {
-    /// `text` read as a JSON object: in one pass of our own ([`scan`]) when it plainly is
-    /// one, else by serde_json, whose error then says what is wrong with it.
+    /// `text` read as a JSON object by serde_json (which checks all of it is JSON).
     pub(crate) fn parse(text: &'a [u8]) -> Result<Self, serde_json::Error> {
-        match std::str::from_utf8(text).ok().and_then(scan::top_members) {
-            Some(members) => Ok(Object::from_members(members)),
-            None => serde_json::from_slice(text),
-        }
+        serde_json::from_slice(text)
     }
 
     /// The JSON text of the member's first copy.

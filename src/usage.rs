@@ -7,7 +7,6 @@
 //! of an event stream and feeds them to it. [`strip_event`] takes out of one event what an
 //! injected `stream_options.include_usage` added, for a client that did not ask for it.
 
-use crate::json_object::each_member;
 use serde::Deserialize;
 use serde_json::Number;
 
@@ -76,16 +75,7 @@ impl Usage {
     pub fn parse(raw: &[u8]) -> Option<Usage> {
         // Typed, so reading it allocates nothing; any field of the wrong type (a string, a
         // list) makes the whole value malformed, and a count must be a non-negative integer.
-        // The usual value is read in one pass of our own, with the same result.
-        let raw: RawUsage = match RawUsage::plain(raw) {
-            Some(raw) => raw,
-            None => serde_json::from_slice(raw).ok()?,
-        };
-        Usage::from_raw(raw)
-    }
-
-    /// The usage its fields give, `None` where they are malformed.
-    fn from_raw(raw: RawUsage) -> Option<Usage> {
+        let raw: RawUsage = serde_json::from_slice(raw).ok()?;
         let count = |n: Option<Number>| -> Result<Option<u64>, ()> {
             match n {
                 None => Ok(None),
@@ -125,7 +115,7 @@ impl Usage {
 }
 
 /// The `usage` fields read; others are ignored.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct RawUsage<'a> {
     prompt_tokens: Option<Number>,
     completion_tokens: Option<Number>,
@@ -142,101 +132,10 @@ struct RawUsage<'a> {
     kind: Option<std::borrow::Cow<'a, str>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct Details {
     cached_tokens: Option<Number>,
     reasoning_tokens: Option<Number>,
-}
-
-impl<'a> RawUsage<'a> {
-    /// The fields of the usual `usage` value, read in one pass of our own instead of
-    /// serde_json's typed reading (~2.3k instructions for an answer's usage): an object
-    /// whose fields read are each `null`, plain digits that fit a `u64`, a string (`type`)
-    /// or such an object (the details), none of them twice. `None` for anything else:
-    /// serde_json then reads it, and refuses what it refuses (a field given twice, a count
-    /// that is a float or negative, a value of another type).
-    fn plain(raw: &'a [u8]) -> Option<Self> {
-        let mut usage = RawUsage::default();
-        let mut seen = 0u16;
-        each_member(std::str::from_utf8(raw).ok()?, |name, value| {
-            let field = match name {
-                "prompt_tokens" => 0,
-                "completion_tokens" => 1,
-                "input_tokens" => 2,
-                "output_tokens" => 3,
-                "total_tokens" => 4,
-                "cache_creation_input_tokens" => 5,
-                "cache_read_input_tokens" => 6,
-                "prompt_tokens_details" => 7,
-                "input_tokens_details" => 8,
-                "completion_tokens_details" => 9,
-                "output_tokens_details" => 10,
-                "type" => 11,
-                _ => return Some(()),
-            };
-            if seen & 1 << field != 0 {
-                return None;
-            }
-            seen |= 1 << field;
-            match field {
-                0 => usage.prompt_tokens = plain_count(value)?,
-                1 => usage.completion_tokens = plain_count(value)?,
-                2 => usage.input_tokens = plain_count(value)?,
-                3 => usage.output_tokens = plain_count(value)?,
-                4 => usage.total_tokens = plain_count(value)?,
-                5 => usage.cache_creation_input_tokens = plain_count(value)?,
-                6 => usage.cache_read_input_tokens = plain_count(value)?,
-                7 => usage.prompt_tokens_details = Details::plain(value)?,
-                8 => usage.input_tokens_details = Details::plain(value)?,
-                9 => usage.completion_tokens_details = Details::plain(value)?,
-                10 => usage.output_tokens_details = Details::plain(value)?,
-                _ if value == "null" => usage.kind = None,
-                _ => usage.kind = Some(crate::json_object::string(value)?),
-            }
-            Some(())
-        })?;
-        Some(usage)
-    }
-}
-
-impl Details {
-    /// A details value read as [`RawUsage::plain`] reads the usage: `null`, or an object
-    /// whose counts are `null` or plain digits, none twice.
-    fn plain(text: &str) -> Option<Option<Self>> {
-        if text == "null" {
-            return Some(None);
-        }
-        let mut details = Details::default();
-        let mut seen = [false; 2];
-        each_member(text, |name, value| {
-            let (field, slot) = match name {
-                "cached_tokens" => (0, &mut details.cached_tokens),
-                "reasoning_tokens" => (1, &mut details.reasoning_tokens),
-                _ => return Some(()),
-            };
-            if std::mem::replace(&mut seen[field], true) {
-                return None;
-            }
-            *slot = plain_count(value)?;
-            Some(())
-        })?;
-        Some(Some(details))
-    }
-}
-
-/// A count's JSON text read as serde_json's `Number` would give it a `u64`: `null` is no
-/// count, plain digits are one; `None` for any other text (left to serde_json).
-fn plain_count(text: &str) -> Option<Option<Number>> {
-    match text {
-        "null" => Some(None),
-        // Valid JSON digits have no leading zero; more than 19 may not fit.
-        digits
-            if (1..=19).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            digits.parse::<u64>().ok().map(|n| Some(Number::from(n)))
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
