@@ -18,7 +18,9 @@ mod request;
 mod sampling;
 mod span;
 
-pub use request::{AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace};
+pub use request::{
+    AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace, TraceIdHex, UpstreamFields,
+};
 
 use crate::config::TracingConfig;
 use collector::Collector;

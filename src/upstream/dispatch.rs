@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::request_body::Edits;
 use crate::respond::ErrorShape;
 use crate::response_id::{IdIssuer, IdRewrite};
-use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace};
+use crate::telemetry::{AttemptEnd, AttemptStart, AttemptTrace, RequestTrace, UpstreamFields};
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -199,6 +199,7 @@ async fn attempts(
             })
         });
         let trace_fields = attempt.as_ref().map(AttemptTrace::upstream_headers);
+        let trace_fields = trace_fields.as_ref().map(UpstreamFields::fields);
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, dispatch.path, query);
         let header = request_header(
@@ -208,7 +209,7 @@ async fn attempts(
             dispatch.request_id,
             body.len(),
             client_address.as_deref(),
-            trace_fields.as_deref(),
+            trace_fields.as_ref().map(|fields| &fields[..]),
         )
         .and_then(|mut header| {
             // Anthropic's API requires a version; an OpenAI client sends none.

@@ -236,7 +236,8 @@ fn is_field_value(bytes: &[u8]) -> bool {
 /// The request head sent upstream for a request of `body_len` bytes, to `target` (path
 /// and query, see [`upstream_target`]). `client_address` is appended to the client's
 /// `X-Forwarded-For`; `trace`, when the request is traced, replaces the client's trace
-/// context (`traceparent`, `tracestate`) so the upstream's spans join this attempt.
+/// context (`traceparent`, `tracestate`) so the upstream's spans join this attempt (a field
+/// of it with an empty value is not sent).
 pub fn request_header(
     client: &RequestHeader,
     upstream: &Upstream,
@@ -244,7 +245,7 @@ pub fn request_header(
     request_id: &str,
     body_len: usize,
     client_address: Option<&str>,
-    trace: Option<&[(&'static str, String)]>,
+    trace: Option<&[(&'static str, &[u8])]>,
 ) -> Result<RequestHead> {
     let style = &upstream.style;
     let mut head = RequestHead::new(
@@ -281,7 +282,9 @@ pub fn request_header(
     }
     provider_fields(&mut head, upstream)?;
     for (name, value) in trace.unwrap_or_default() {
-        head.checked_field(name, &[value.as_bytes()])?;
+        if !value.is_empty() {
+            head.checked_field(name, &[value])?;
+        }
     }
     Ok(head.finish())
 }
