@@ -27,6 +27,19 @@ pub fn write_lower(out: &mut [u8], bytes: &[u8]) {
     }
 }
 
+/// The 16 lower-case hex digits of `n` (a span ID, a generated ID's half).
+pub fn digits_u64(n: u64) -> [u8; 16] {
+    spread(n).to_be_bytes()
+}
+
+/// The 32 lower-case hex digits of `n` (a trace ID, a generated request ID).
+pub fn digits_u128(n: u128) -> [u8; 32] {
+    let mut out = [0; 32];
+    out[..16].copy_from_slice(&digits_u64((n >> 64) as u64));
+    out[16..].copy_from_slice(&digits_u64(n as u64));
+    out
+}
+
 /// The 16 hex digits of `word` as the bytes of a `u128`, the first digit highest.
 fn spread(word: u64) -> u128 {
     const LANES: u128 = u128::from_be_bytes([1; 16]);
@@ -44,7 +57,7 @@ fn spread(word: u64) -> u128 {
 
 #[cfg(test)]
 mod tests {
-    use super::write_lower;
+    use super::{digits_u128, digits_u64, write_lower};
 
     #[test]
     fn bytes_are_written_as_format_writes_them() {
@@ -60,6 +73,19 @@ mod tests {
             write_lower(&mut out, &bytes[..len]);
             let expected: String = bytes[..len].iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(out, expected.as_bytes(), "{len} bytes");
+        }
+        for n in [
+            0u128,
+            1,
+            0xabc,
+            u128::MAX,
+            0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c,
+        ] {
+            assert_eq!(digits_u128(n), *format!("{n:032x}").as_bytes());
+            assert_eq!(
+                digits_u64(n as u64),
+                *format!("{:016x}", n as u64).as_bytes()
+            );
         }
         // A place shorter than the bytes takes what fits.
         let mut short = [b'.'; 3];

@@ -9,6 +9,10 @@
 //! forth between the requests and the export thread, and span records back to their pool,
 //! so that in the steady state neither is allocated nor freed.
 
+// A record's box is what travels: from the pool to a recording and back; keeping the boxes
+// in the pool keeps them from being freed and allocated.
+#![allow(clippy::vec_box)]
+
 use super::span::SpanRecord;
 use bytes::BytesMut;
 use prometheus::IntCounter;
@@ -301,7 +305,7 @@ fn next(state: &mut State) -> Option<Next> {
         state.queued -= batch.spans;
         return Some(Next::Send(batch));
     }
-    if !state.first_at.is_some_and(|at| at.elapsed() >= BATCH_DELAY) {
+    if state.first_at.is_none_or(|at| at.elapsed() < BATCH_DELAY) {
         return None;
     }
     let batch = state.filling.take()?;

@@ -5,7 +5,7 @@
 
 use super::sampling;
 use super::span::{Parent, Recording};
-use crate::hex::write_lower;
+use crate::hex::{digits_u128, digits_u64, write_lower};
 use crate::usage::Usage;
 use opentelemetry::trace::{SpanContext, TraceFlags};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -67,9 +67,9 @@ impl RequestTrace {
 
     /// The trace ID in lower-case hex, for the access log.
     pub fn trace_id(&self) -> TraceIdHex {
-        let mut hex = [0; 32];
-        write_lower(&mut hex, &self.context.trace_id().to_bytes());
-        TraceIdHex(hex)
+        TraceIdHex(digits_u128(u128::from_be_bytes(
+            self.context.trace_id().to_bytes(),
+        )))
     }
 
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
@@ -255,13 +255,14 @@ pub struct UpstreamFields {
 }
 
 impl UpstreamFields {
-    /// The fields as header name and value; one with an empty value is not to be sent
-    /// (`tracestate` without entries, anything of an invalid context).
-    pub fn fields(&self) -> [(&'static str, &[u8]); 2] {
-        [
-            ("traceparent", self.traceparent.as_ref().map_or(&[], |p| p)),
-            ("tracestate", self.tracestate.as_bytes()),
-        ]
+    /// `traceparent`'s value: hex digits and dashes. Empty for an invalid context.
+    pub fn traceparent(&self) -> &[u8] {
+        self.traceparent.as_ref().map_or(&[], |p| p)
+    }
+
+    /// `tracestate`'s value, empty when it has no entries (or the context is invalid).
+    pub fn tracestate(&self) -> &[u8] {
+        self.tracestate.as_bytes()
     }
 }
 
@@ -276,8 +277,12 @@ fn upstream_headers(context: &SpanContext) -> UpstreamFields {
         };
     }
     let mut parent = *b"00-0123456789abcdef0123456789abcdef-0123456789abcdef-00";
-    write_lower(&mut parent[3..35], &context.trace_id().to_bytes());
-    write_lower(&mut parent[36..52], &context.span_id().to_bytes());
+    parent[3..35].copy_from_slice(&digits_u128(u128::from_be_bytes(
+        context.trace_id().to_bytes(),
+    )));
+    parent[36..52].copy_from_slice(&digits_u64(u64::from_be_bytes(
+        context.span_id().to_bytes(),
+    )));
     // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
     write_lower(
         &mut parent[53..],
@@ -316,12 +321,14 @@ mod tests {
 
     fn ours(context: &SpanContext) -> Vec<(String, String)> {
         let fields = upstream_headers(context);
-        let mut fields: Vec<(String, String)> = fields
-            .fields()
-            .into_iter()
-            .filter(|(_, value)| !value.is_empty())
-            .map(|(name, value)| (name.to_owned(), String::from_utf8(value.to_vec()).unwrap()))
-            .collect();
+        let mut fields: Vec<(String, String)> = [
+            ("traceparent", fields.traceparent()),
+            ("tracestate", fields.tracestate()),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| (name.to_owned(), String::from_utf8(value.to_vec()).unwrap()))
+        .collect();
         fields.sort();
         fields
     }

@@ -233,11 +233,19 @@ fn is_field_value(bytes: &[u8]) -> bool {
         .all(|&b| (b >= b' ' && b != 0x7f) || b == b'\t')
 }
 
+/// The trace context an upstream attempt is sent in place of the client's; a field with
+/// an empty value is not sent.
+pub struct TraceFields<'a> {
+    /// Written by the gateway: hex digits and dashes, sent without a check.
+    pub traceparent: &'a [u8],
+    /// A trusted caller's entries, checked like any value the gateway sends.
+    pub tracestate: &'a [u8],
+}
+
 /// The request head sent upstream for a request of `body_len` bytes, to `target` (path
 /// and query, see [`upstream_target`]). `client_address` is appended to the client's
 /// `X-Forwarded-For`; `trace`, when the request is traced, replaces the client's trace
-/// context (`traceparent`, `tracestate`) so the upstream's spans join this attempt (a field
-/// of it with an empty value is not sent).
+/// context (`traceparent`, `tracestate`) so the upstream's spans join this attempt.
 pub fn request_header(
     client: &RequestHeader,
     upstream: &Upstream,
@@ -245,7 +253,7 @@ pub fn request_header(
     request_id: &str,
     body_len: usize,
     client_address: Option<&str>,
-    trace: Option<&[(&'static str, &[u8])]>,
+    trace: Option<&TraceFields>,
 ) -> Result<RequestHead> {
     let style = &upstream.style;
     let mut head = RequestHead::new(
@@ -281,9 +289,12 @@ pub fn request_header(
         head.checked_field("x-forwarded-for", &[forwarded_for.as_bytes()])?;
     }
     provider_fields(&mut head, upstream)?;
-    for (name, value) in trace.unwrap_or_default() {
-        if !value.is_empty() {
-            head.checked_field(name, &[value])?;
+    if let Some(trace) = trace {
+        if !trace.traceparent.is_empty() {
+            head.field_parts("traceparent", &[trace.traceparent]);
+        }
+        if !trace.tracestate.is_empty() {
+            head.checked_field("tracestate", &[trace.tracestate])?;
         }
     }
     Ok(head.finish())

@@ -167,10 +167,10 @@ fn the_head_is_written_as_it_goes_on_the_wire() {
         "an untraced request passes the client's context on"
     );
 
-    let ours = [
-        ("traceparent", b"00-ours-01".as_slice()),
-        ("tracestate", b"".as_slice()),
-    ];
+    let ours = TraceFields {
+        traceparent: b"00-ours-01",
+        tracestate: b"",
+    };
     let traced = request_header(
         &client,
         &upstream(None),
