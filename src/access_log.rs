@@ -19,7 +19,7 @@ pub struct AccessRecord<'a> {
     pub request_id: &'a str,
     /// The request's trace, when tracing is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
+    pub trace_id: Option<&'a str>,
     pub method: &'a str,
     pub path: &'a str,
     pub host: &'a str,

@@ -24,9 +24,7 @@ fn is_valid(value: &[u8]) -> bool {
 
 /// 32 random hexadecimal digits.
 fn generate() -> String {
-    let value = rand::thread_rng().gen::<u128>();
-    let mut digits = [0u8; 32];
-    crate::hex::write_lower(&mut digits, &value.to_be_bytes());
+    let digits = crate::hex::digits_u128(rand::thread_rng().gen::<u128>());
     // Hexadecimal digits are ASCII: the check cannot fail, and costs less than a `String`
     // grown a `char` at a time.
     std::str::from_utf8(&digits).unwrap_or_default().to_owned()

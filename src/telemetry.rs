@@ -5,12 +5,14 @@
 //!
 //! Sampling is decided first, for each request: an unsampled request (and its attempts)
 //! has only its IDs, for the access log and the upstream's `traceparent`, and builds
-//! nothing else. A sampled span is recorded straight into its OTLP message (`span.rs`),
-//! which the export thread sends as it is. The OpenTelemetry crates give the ID types, the
+//! nothing else. A sampled span's attributes are written as OTLP protobuf as they are set,
+//! and the span is encoded once at its end into the current batch (`span.rs`), which the
+//! export thread frames and sends. The OpenTelemetry crates give the ID types, the
 //! `traceparent` parser and the resource's attributes; no SDK tracer is involved. Beside
 //! this file: `request.rs` (the spans of one request), `span.rs` (a sampled span's record),
 //! `sampling.rs` (the gateway's sampling decision and the IDs), `export.rs` (the bounded
-//! queue and the export thread) and `collector.rs` (the OTLP request and its POST).
+//! queue of batches and the export thread) and `collector.rs` (the OTLP request and its
+//! POST).
 
 mod collector;
 mod export;
@@ -18,7 +20,9 @@ mod request;
 mod sampling;
 mod span;
 
-pub use request::{AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace};
+pub use request::{
+    AttemptEnd, AttemptStart, AttemptTrace, RequestEnd, RequestTrace, TraceIdHex, UpstreamFields,
+};
 
 use crate::config::TracingConfig;
 use collector::Collector;

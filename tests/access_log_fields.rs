@@ -45,7 +45,7 @@ fn the_reference_lists_every_field_a_record_can_have_in_order() {
     let labels = BTreeMap::from([("team".to_string(), "search".to_string())]);
     // Every optional field set: the record writes each of its fields.
     let record = AccessRecord {
-        trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        trace_id: Some("0af7651916cd43dd8448eb211c80319c"),
         key: Some("k"),
         key_owner: Some("owner"),
         key_labels: Some(&labels),

@@ -9,7 +9,7 @@ use crate::gateway::Gateway;
 use crate::listener::Session;
 use crate::metrics::{ModelCounter, UNKNOWN};
 use crate::respond::error_response;
-use crate::telemetry::{RequestEnd, RequestTrace};
+use crate::telemetry::{RequestEnd, RequestTrace, TraceIdHex};
 use pingora_http::ResponseHeader;
 
 /// Longest client-sent model ID written to the access log (the body may hold megabytes).
@@ -170,11 +170,12 @@ pub(super) fn log_request(
         None => None,
     };
     let tls = session.tls();
+    let trace_id = ctx.trace.as_deref().map(RequestTrace::trace_id);
     let record = AccessRecord {
         ts: now_rfc3339(),
         environment: ctx.catalog.as_ref().map_or("", |c| c.environment.as_str()),
         request_id: &ctx.request_id,
-        trace_id: ctx.trace.as_deref().map(RequestTrace::trace_id),
+        trace_id: trace_id.as_ref().map(TraceIdHex::as_str),
         method: request.method.as_str(),
         path: bounded(request.uri.path(), MAX_LOGGED_PATH_BYTES),
         host: bounded(request_host(session), MAX_LOGGED_HOST_BYTES),

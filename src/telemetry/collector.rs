@@ -5,14 +5,14 @@
 //! (`http1/blocking_client.rs`); an export happens about once a second, so a connection
 //! per export costs nothing, and exporting brings no HTTP client stack or async runtime.
 
+use super::export::{Batch, Sender};
 use crate::http1::blocking_client;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::encoding::{encode_key, encode_varint, message, WireType};
 use prost::Message;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -71,21 +71,19 @@ impl Collector {
         }
     }
 
-    /// The POST of one batch, the resource and scope once, encoded; `spans` come back.
-    pub(super) fn request(&self, spans: Vec<Span>) -> (Result<Request<Bytes>, String>, Vec<Span>) {
-        let body = encode_batch(&self.resource, &self.resource_schema, &spans);
-        let request = Request::post(self.endpoint.clone())
+    /// The POST of one batch (its buffer begun with [`Sender::prefix`]), the resource and
+    /// scope once.
+    pub(super) fn request(&self, batch: BytesMut) -> Result<Request<Bytes>, String> {
+        let body = frame_batch(&self.resource, &self.resource_schema, batch);
+        let mut request = Request::post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/x-protobuf")
             .header(USER_AGENT, concat!("sluice/", env!("CARGO_PKG_VERSION")))
             .body(body)
-            .map_err(|e| e.to_string())
-            .map(|mut request| {
-                for (name, value) in &self.headers {
-                    request.headers_mut().insert(name.clone(), value.clone());
-                }
-                request
-            });
-        (request, spans)
+            .map_err(|e| e.to_string())?;
+        for (name, value) in &self.headers {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
+        Ok(request)
     }
 
     fn post(&self, request: &Request<Bytes>) -> Result<u64, Failure> {
@@ -141,47 +139,85 @@ impl Collector {
     }
 }
 
-/// A batch as the bytes of an `ExportTraceServiceRequest` with one `ResourceSpans` holding
-/// one `ScopeSpans` (scope `sluice`) of `spans`: the bytes prost's derived encoding writes
-/// for that message, built from the inside out so that each span's length is worked out
-/// once. The derived encoding asks a nested message for its length once per message
-/// around it, four times for a span here: about a third of the export's instructions.
-/// The messages around the spans are written last, into room left in front of them, so
-/// the spans are not copied. Fields go in tag order and an empty schema URL is left out,
-/// as prost does.
-fn encode_batch(resource: &Resource, resource_schema: &str, spans: &[Span]) -> Bytes {
-    // ExportTraceServiceRequest { 1: ResourceSpans { 1: resource, 2: ScopeSpans { 1: scope,
-    // 2: span, 2: span... }, 3: schema_url } }: in front of the scope, three one-byte keys,
-    // three lengths of at most ten bytes and the resource.
-    let room = 3 * (1 + 10) + resource.encoded_len();
+/// The export thread's batches go to the collector.
+impl Sender for Collector {
+    /// Room for the messages around the spans (written last, [`frame_batch`]), then the
+    /// scope, which comes before the spans in their `ScopeSpans`.
+    fn prefix(&self) -> Vec<u8> {
+        batch_prefix(&self.resource)
+    }
+
+    fn send(&self, batch: Batch) -> (u64, Option<BytesMut>) {
+        let count = batch.spans as u64;
+        let request = match self.request(batch.bytes) {
+            Ok(request) => request,
+            Err(e) => {
+                log::debug!(target: "sluice::telemetry", spans = count, error:% = e; "trace export failed; spans dropped");
+                return (count, None);
+            }
+        };
+        let lost = match self.export(&request) {
+            Ok(rejected) => {
+                if rejected > 0 {
+                    log::debug!(target: "sluice::telemetry", spans = rejected; "the collector rejected spans");
+                }
+                rejected
+            }
+            Err(e) => {
+                log::debug!(target: "sluice::telemetry", spans = count, error:% = e; "trace export failed; spans dropped");
+                count
+            }
+        };
+        // The body's buffer, for another batch (the request held its only reference).
+        (lost, request.into_body().try_into_mut().ok())
+    }
+}
+
+/// What a batch's buffer starts with: [`room`], then the scope (`sluice`).
+fn batch_prefix(resource: &Resource) -> Vec<u8> {
+    let mut prefix = vec![0; room(resource)];
     let scope = InstrumentationScope {
         name: "sluice".into(),
         ..InstrumentationScope::default()
     };
-    let mut out = Vec::with_capacity(room + 64 + spans.len() * 1024);
-    out.resize(room, 0);
-    message::encode(1, &scope, &mut out);
-    for span in spans {
-        message::encode(2, span, &mut out);
-    }
-    let scope_spans = out.len() - room;
+    message::encode(1, &scope, &mut prefix);
+    prefix
+}
+
+/// Bytes left in front of a batch's scope and spans for the messages around them: three
+/// one-byte keys, three lengths of at most ten bytes and the resource.
+fn room(resource: &Resource) -> usize {
+    3 * (1 + 10) + resource.encoded_len()
+}
+
+/// A batch as the bytes of an `ExportTraceServiceRequest` with one `ResourceSpans` holding
+/// one `ScopeSpans` (scope `sluice`) of its spans: the bytes prost's derived encoding
+/// writes for that message. `batch` holds [`room`] bytes, then the scope and the spans as
+/// fields of the `ScopeSpans` (see `span.rs`); the messages around them are written last,
+/// into the room in front, so the spans are not copied. Fields go in tag order and an
+/// empty schema URL is left out, as prost does.
+fn frame_batch(resource: &Resource, resource_schema: &str, mut batch: BytesMut) -> Bytes {
+    // ExportTraceServiceRequest { 1: ResourceSpans { 1: resource, 2: ScopeSpans { 1: scope,
+    // 2: span, 2: span... }, 3: schema_url } }
+    let room = room(resource);
+    let scope_spans = batch.len() - room;
     if !resource_schema.is_empty() {
-        encode_key(3, WireType::LengthDelimited, &mut out);
-        encode_varint(resource_schema.len() as u64, &mut out);
-        out.extend_from_slice(resource_schema.as_bytes());
+        encode_key(3, WireType::LengthDelimited, &mut batch);
+        encode_varint(resource_schema.len() as u64, &mut batch);
+        batch.extend_from_slice(resource_schema.as_bytes());
     }
     let mut around = Vec::with_capacity(room);
     message::encode(1, resource, &mut around);
     encode_key(2, WireType::LengthDelimited, &mut around);
     encode_varint(scope_spans as u64, &mut around);
-    let resource_spans = around.len() + (out.len() - room);
+    let resource_spans = around.len() + (batch.len() - room);
     let mut head = Vec::with_capacity(room);
     encode_key(1, WireType::LengthDelimited, &mut head);
     encode_varint(resource_spans as u64, &mut head);
     head.extend_from_slice(&around);
     let start = room - head.len();
-    out[start..room].copy_from_slice(&head);
-    Bytes::from(out).slice(start..)
+    batch[start..room].copy_from_slice(&head);
+    batch.freeze().slice(start..)
 }
 
 #[cfg(test)]
@@ -189,7 +225,7 @@ mod tests {
     use super::*;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
     fn attribute(key: &str, value: any_value::Value) -> KeyValue {
         KeyValue {
@@ -243,8 +279,13 @@ mod tests {
         };
         for spans in [vec![], vec![span(1)], (0..20).map(span).collect::<Vec<_>>()] {
             for schema in ["", "https://opentelemetry.io/schemas/1.26.0"] {
+                // The spans as `span.rs` writes them: fields of the `ScopeSpans`.
+                let mut batch = BytesMut::from(&batch_prefix(&resource)[..]);
+                for span in &spans {
+                    message::encode(2, span, &mut batch);
+                }
                 assert_eq!(
-                    encode_batch(&resource, schema, &spans).to_vec(),
+                    frame_batch(&resource, schema, batch).to_vec(),
                     derived(&resource, schema, &spans),
                     "{} spans, schema {schema:?}",
                     spans.len()

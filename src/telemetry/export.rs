@@ -1,242 +1,338 @@
-//! The export queue: ended spans go into a bounded queue without waiting, and one thread
-//! sends them to the collector in batches. A request never waits on the collector: when the
-//! queue is full (the collector is down or slow) a span is dropped and counted, and so are
-//! the spans of a batch whose export failed (`sluice_trace_spans_dropped_total`). Once a
-//! batch is encoded, its messages go to a pool for the next spans to be written over.
+//! The export queue: an ended span is encoded into the current batch without waiting, and
+//! one thread sends full batches to the collector. A request never waits on the collector:
+//! when the queue is full (the collector is down or slow) a span is dropped and counted,
+//! and so are the spans of a batch whose export failed (`sluice_trace_spans_dropped_total`).
+//!
+//! The export thread is woken only when a batch fills, when a batch gets its first span
+//! (to send it within [`BATCH_DELAY`]), and for a flush or the shutdown: not once a span,
+//! which cost two `futex` calls and a context switch a span. A batch's buffer goes back and
+//! forth between the requests and the export thread, and span records back to their pool,
+//! so that in the steady state neither is allocated nor freed.
 
-// A message's box is what travels: from the pool to a recording, through the channel, back
-// to the pool; keeping the boxes in the lists keeps them from being freed and allocated.
+// A record's box is what travels: from the pool to a recording and back; keeping the boxes
+// in the pool keeps them from being freed and allocated.
 #![allow(clippy::vec_box)]
 
-use super::collector::Collector;
-use opentelemetry_proto::tonic::trace::v1::Span;
+use super::span::SpanRecord;
+use bytes::BytesMut;
 use prometheus::IntCounter;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// Spans waiting for the export thread; past it, spans are dropped.
 pub(super) const QUEUE_SPANS: usize = 2048;
 /// Spans sent in one export.
-const BATCH_SPANS: usize = 512;
-/// Most encoded messages kept for reuse (a batch's worth).
+pub(super) const BATCH_SPANS: usize = 512;
+/// Most span records kept for reuse (a batch's worth).
 const POOL_SPANS: usize = BATCH_SPANS;
 /// Longest a span waits for a batch to fill before it is sent anyway.
 const BATCH_DELAY: Duration = Duration::from_secs(1);
+/// Room a batch's buffer starts with: enough for 512 spans of the usual size.
+const BATCH_BYTES: usize = 512 << 10;
 
-/// What the export thread is told.
-pub(super) enum Message {
-    Span(Box<Span>),
-    /// Send everything queued so far, then answer.
-    Flush(SyncSender<()>),
+/// A batch: the bytes of its spans, each a `spans` field of OTLP's `ScopeSpans`, after
+/// what the collector writes in front of them ([`Sender::prefix`]).
+#[derive(Debug)]
+pub(super) struct Batch {
+    pub bytes: BytesMut,
+    pub spans: usize,
+}
+
+/// What the export thread does with a batch: sends it, and says how many of its spans
+/// were lost (the export failed, or the collector rejected them). The buffer comes back.
+pub(super) trait Sender: Send + 'static {
+    /// What a batch's buffer starts with (room for the messages around the spans, and
+    /// those written before them).
+    fn prefix(&self) -> Vec<u8>;
+    fn send(&self, batch: Batch) -> (u64, Option<BytesMut>);
 }
 
 /// A bounded queue of ended spans and its export thread.
 #[derive(Debug)]
 pub(super) struct ExportQueue {
-    /// `None` once shut down: the thread then sends what is left and stops.
-    sender: RwLock<Option<SyncSender<Message>>>,
+    shared: Arc<Shared>,
     done: Mutex<Option<Receiver<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Tells the export thread there is work: see the module's comment for when.
+    work: Condvar,
     dropped: IntCounter,
-    /// Messages already encoded, to be written over.
-    pool: Arc<Mutex<Vec<Box<Span>>>>,
-    /// A test's queue has no thread: what is queued stays here.
-    #[cfg(test)]
-    queued: Mutex<Option<Receiver<Message>>>,
+    /// Span records already encoded, to be written over.
+    records: Mutex<Vec<Box<SpanRecord>>>,
+    prefix: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The batch spans are encoded into.
+    filling: Option<Batch>,
+    /// When `filling` got its first span.
+    first_at: Option<Instant>,
+    /// Full batches, oldest first.
+    ready: VecDeque<Batch>,
+    /// Spans in `filling` and `ready`.
+    queued: usize,
+    /// Buffers sent, to be filled again.
+    spare: Vec<BytesMut>,
+    /// Flushes waiting for everything queued before them to be sent.
+    flushes: Vec<SyncSender<()>>,
+    /// False once shut down: the thread then sends what is left and stops.
+    open: bool,
 }
 
 impl ExportQueue {
-    /// Starts the export thread, which sends to `collector`.
-    pub(super) fn start(collector: Collector, dropped: IntCounter) -> std::io::Result<Self> {
-        let (sender, queue) = mpsc::sync_channel(QUEUE_SPANS);
+    /// Starts the export thread, which hands batches to `sender`.
+    pub(super) fn start(sender: impl Sender, dropped: IntCounter) -> std::io::Result<Self> {
+        let queue = ExportQueue::new(sender.prefix(), dropped);
+        let shared = Arc::clone(&queue.shared);
         let (finished, done) = mpsc::sync_channel(1);
-        let counter = dropped.clone();
-        let pool = Arc::new(Mutex::new(Vec::new()));
-        let refill = Arc::clone(&pool);
         thread::Builder::new()
             .name("sluice-trace-export".into())
             .spawn(move || {
-                run(&collector, &queue, &counter, &refill);
+                run(&shared, &sender);
                 let _ = finished.send(());
             })?;
-        Ok(ExportQueue {
-            sender: RwLock::new(Some(sender)),
-            done: Mutex::new(Some(done)),
-            dropped,
-            pool,
-            #[cfg(test)]
-            queued: Mutex::new(None),
-        })
+        *lock(&queue.done) = Some(done);
+        Ok(queue)
     }
 
-    /// A queue with no export thread, whose spans stay queued for the test to read.
-    #[cfg(test)]
-    pub(super) fn idle() -> Self {
-        let (sender, queue) = mpsc::sync_channel(QUEUE_SPANS);
+    fn new(prefix: Vec<u8>, dropped: IntCounter) -> Self {
         ExportQueue {
-            sender: RwLock::new(Some(sender)),
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    open: true,
+                    ..State::default()
+                }),
+                work: Condvar::new(),
+                dropped,
+                records: Mutex::new(Vec::new()),
+                prefix,
+            }),
             done: Mutex::new(None),
-            dropped: IntCounter::new("dropped", "dropped").unwrap_or_else(|_| unreachable!()),
-            pool: Arc::new(Mutex::new(Vec::new())),
-            queued: Mutex::new(Some(queue)),
         }
     }
 
-    /// The spans queued so far (a test's idle queue).
+    /// A queue with no export thread and no prefix, whose spans stay queued for the test.
     #[cfg(test)]
-    pub(super) fn queued(&self) -> Vec<Box<Span>> {
-        let queue = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        queue
-            .as_ref()
-            .map(|queue| {
-                queue
-                    .try_iter()
-                    .filter_map(|message| match message {
-                        Message::Span(span) => Some(span),
-                        Message::Flush(_) => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    pub(super) fn idle() -> Self {
+        let dropped = IntCounter::new("dropped", "dropped").unwrap_or_else(|_| unreachable!());
+        ExportQueue::new(Vec::new(), dropped)
     }
 
-    /// Gives encoded messages back to the pool (a test's idle queue).
+    /// The bytes of the spans queued so far (a test's idle queue), taken out of it.
     #[cfg(test)]
-    pub(super) fn recycle(&self, spans: Vec<Box<Span>>) {
-        refill(&self.pool, spans.into_iter());
+    pub(super) fn queued(&self) -> Vec<u8> {
+        let mut state = lock(&self.shared.state);
+        let mut bytes = Vec::new();
+        let filling = state.filling.take();
+        for batch in state.ready.drain(..).chain(filling) {
+            bytes.extend_from_slice(&batch.bytes);
+        }
+        state.queued = 0;
+        state.first_at = None;
+        bytes
     }
 
-    /// A message to write a span over, if one is free.
-    pub(super) fn recycled(&self) -> Option<Box<Span>> {
-        self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    /// A record to write a span over, if one is free.
+    pub(super) fn recycled(&self) -> Option<Box<SpanRecord>> {
+        lock(&self.shared.records).pop()
     }
 
-    fn sender(&self) -> Option<SyncSender<Message>> {
-        self.sender
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Queues an ended span. On the request's thread: never waits (the lock is only
-    /// written at shutdown).
-    pub(super) fn push(&self, span: Box<Span>) {
-        let sender = self.sender.read().unwrap_or_else(|p| p.into_inner());
-        let sent = match sender.as_ref() {
-            Some(sender) => sender.try_send(Message::Span(span)),
-            None => Err(TrySendError::Disconnected(Message::Span(span))),
-        };
-        if sent.is_err() {
-            self.dropped.inc();
+    /// Encodes an ended span into the current batch, and keeps its record for reuse. On
+    /// the request's thread: never waits but for the lock, held to copy the span.
+    pub(super) fn push(&self, mut span: Box<SpanRecord>) {
+        let shared = &*self.shared;
+        match shared.enqueue(&mut span) {
+            Some(true) => shared.work.notify_one(),
+            Some(false) => {}
+            None => shared.dropped.inc(),
+        }
+        let mut records = lock(&shared.records);
+        if records.len() < POOL_SPANS {
+            records.push(span);
         }
     }
 
     /// Sends every span queued so far and waits until that export ended; false once shut
     /// down.
     pub(super) fn flush(&self) -> bool {
-        let Some(sender) = self.sender() else {
-            return false;
-        };
         let (answer, flushed) = mpsc::sync_channel(1);
-        sender.send(Message::Flush(answer)).is_ok() && flushed.recv().is_ok()
+        {
+            let mut state = lock(&self.shared.state);
+            if !state.open {
+                return false;
+            }
+            state.flushes.push(answer);
+        }
+        self.shared.work.notify_one();
+        flushed.recv().is_ok()
     }
 
     /// Lets the thread send what is queued and stop, waiting at most `timeout`; false if it
     /// did not finish in time (or was already shut down).
     pub(super) fn shutdown(&self, timeout: Duration) -> bool {
-        // Dropping the sender lets the thread send what is queued, then stop.
-        if self
-            .sender
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .is_none()
         {
-            return false;
+            let mut state = lock(&self.shared.state);
+            if !state.open {
+                return false;
+            }
+            state.open = false;
         }
-        let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.shared.work.notify_one();
+        let done = lock(&self.done).take();
         done.is_none_or(|done| done.recv_timeout(timeout).is_ok())
     }
 }
 
-/// The export thread: batches of up to [`BATCH_SPANS`], each sent when full, when its
-/// first span has waited [`BATCH_DELAY`], on a flush, and at the end.
-fn run(
-    collector: &Collector,
-    queue: &Receiver<Message>,
-    dropped: &IntCounter,
-    pool: &Mutex<Vec<Box<Span>>>,
-) {
-    let mut batch: Vec<Box<Span>> = Vec::with_capacity(BATCH_SPANS);
-    let mut first_at: Option<Instant> = None;
+impl Shared {
+    /// Encodes `span` into the current batch: whether the export thread must be woken
+    /// for it, or `None` when it was dropped (the queue is full or shut down).
+    fn enqueue(&self, span: &mut SpanRecord) -> Option<bool> {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        if !state.open || state.queued >= QUEUE_SPANS {
+            return None;
+        }
+        state.queued += 1;
+        let mut wake = false;
+        let batch = match &mut state.filling {
+            Some(batch) => batch,
+            empty => {
+                let bytes = self.start_batch(&mut state.spare);
+                state.first_at = Some(Instant::now());
+                // The thread may be asleep with no deadline: this span's starts now.
+                wake = true;
+                empty.insert(Batch { bytes, spans: 0 })
+            }
+        };
+        span.encode(2, &mut batch.bytes);
+        batch.spans += 1;
+        if batch.spans >= BATCH_SPANS {
+            state.ready.extend(state.filling.take());
+            state.first_at = None;
+            wake = true;
+        }
+        Some(wake)
+    }
+
+    /// An empty batch's buffer: a spare one if there is one, starting with the prefix.
+    fn start_batch(&self, spare: &mut Vec<BytesMut>) -> BytesMut {
+        let mut bytes = spare
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(BATCH_BYTES));
+        bytes.clear();
+        bytes.extend_from_slice(&self.prefix);
+        bytes
+    }
+}
+
+/// What the export thread does next.
+enum Next {
+    Send(Batch),
+    /// Sends every batch queued, then answers the flushes waiting for them; stops after
+    /// that once shut down.
+    Drain {
+        batches: Vec<Batch>,
+        flushes: Vec<SyncSender<()>>,
+        stop: bool,
+    },
+}
+
+/// The export thread: sends each batch when it is full, when its first span has waited
+/// [`BATCH_DELAY`], on a flush, and at the end.
+fn run(shared: &Shared, sender: &impl Sender) {
     loop {
-        let wait = first_at.map_or(BATCH_DELAY, |at| BATCH_DELAY.saturating_sub(at.elapsed()));
-        match queue.recv_timeout(wait) {
-            Ok(Message::Span(span)) => {
-                batch.push(span);
-                first_at.get_or_insert_with(Instant::now);
-                if batch.len() >= BATCH_SPANS {
-                    send(collector, &mut batch, dropped, pool);
-                    first_at = None;
+        let next = {
+            let mut state = lock(&shared.state);
+            loop {
+                if let Some(next) = next(&mut state) {
+                    break next;
+                }
+                state = match state.first_at {
+                    Some(at) => {
+                        let wait = BATCH_DELAY.saturating_sub(at.elapsed());
+                        shared
+                            .work
+                            .wait_timeout(state, wait)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                    None => shared.work.wait(state).unwrap_or_else(|p| p.into_inner()),
+                };
+            }
+        };
+        match next {
+            Next::Send(batch) => send(shared, sender, batch),
+            Next::Drain {
+                batches,
+                flushes,
+                stop,
+            } => {
+                for batch in batches {
+                    send(shared, sender, batch);
+                }
+                for flush in flushes {
+                    let _ = flush.send(());
+                }
+                if stop {
+                    return;
                 }
             }
-            Ok(Message::Flush(answer)) => {
-                send(collector, &mut batch, dropped, pool);
-                first_at = None;
-                let _ = answer.send(());
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                send(collector, &mut batch, dropped, pool);
-                first_at = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                send(collector, &mut batch, dropped, pool);
-                return;
-            }
         }
     }
 }
 
-/// Exports and empties `batch`, its messages then back in `pool`; a failed export's spans
-/// are counted as dropped, and so are those a collector says it rejected.
-fn send(
-    collector: &Collector,
-    batch: &mut Vec<Box<Span>>,
-    dropped: &IntCounter,
-    pool: &Mutex<Vec<Box<Span>>>,
-) {
-    if batch.is_empty() {
-        return;
+/// The next thing to do, if there is one now.
+fn next(state: &mut State) -> Option<Next> {
+    if !state.flushes.is_empty() || !state.open {
+        let filling = state.filling.take();
+        let batches: Vec<Batch> = state.ready.drain(..).chain(filling).collect();
+        state.queued = 0;
+        state.first_at = None;
+        return Some(Next::Drain {
+            batches,
+            flushes: std::mem::take(&mut state.flushes),
+            stop: !state.open,
+        });
     }
-    let count = batch.len() as u64;
-    // The messages move into the request and back, their boxes kept for the pool.
-    let spans: Vec<Span> = batch
-        .iter_mut()
-        .map(|span| std::mem::take(&mut **span))
-        .collect();
-    let (request, spans) = collector.request(spans);
-    for (boxed, span) in batch.iter_mut().zip(spans) {
-        **boxed = span;
+    if let Some(batch) = state.ready.pop_front() {
+        state.queued -= batch.spans;
+        return Some(Next::Send(batch));
     }
-    refill(pool, batch.drain(..));
-    let sent = request.and_then(|request| collector.export(&request));
-    match sent {
-        Ok(0) => {}
-        Ok(rejected) => {
-            dropped.inc_by(rejected);
-            log::debug!(target: "sluice::telemetry", spans = rejected; "the collector rejected spans");
-        }
-        Err(e) => {
-            dropped.inc_by(count);
-            log::debug!(target: "sluice::telemetry", spans = count, error:% = e; "trace export failed; spans dropped");
+    if state.first_at.is_none_or(|at| at.elapsed() < BATCH_DELAY) {
+        return None;
+    }
+    let batch = state.filling.take()?;
+    state.first_at = None;
+    state.queued -= batch.spans;
+    Some(Next::Send(batch))
+}
+
+/// Hands `batch` to `sender`; its lost spans are counted, its buffer kept for another.
+fn send(shared: &Shared, sender: &impl Sender, batch: Batch) {
+    let count = batch.spans;
+    let (lost, buffer) = sender.send(batch);
+    if lost > 0 {
+        shared.dropped.inc_by(lost);
+        log::debug!(target: "sluice::telemetry", spans = lost, batch = count; "spans not exported");
+    }
+    if let Some(buffer) = buffer {
+        let mut state = lock(&shared.state);
+        if state.spare.len() < QUEUE_SPANS / BATCH_SPANS {
+            state.spare.push(buffer);
         }
     }
 }
 
-/// Keeps `spans` for reuse, up to [`POOL_SPANS`].
-fn refill(pool: &Mutex<Vec<Box<Span>>>, spans: impl Iterator<Item = Box<Span>>) {
-    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
-    let room = POOL_SPANS.saturating_sub(pool.len());
-    pool.extend(spans.take(room));
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests;

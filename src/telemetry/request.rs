@@ -5,7 +5,7 @@
 
 use super::sampling;
 use super::span::{Parent, Recording};
-use crate::hex::write_lower;
+use crate::hex::{digits_u128, digits_u64, write_lower};
 use crate::usage::Usage;
 use opentelemetry::trace::{SpanContext, TraceFlags};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -66,10 +66,10 @@ impl RequestTrace {
     }
 
     /// The trace ID in lower-case hex, for the access log.
-    pub fn trace_id(&self) -> String {
-        let mut hex = [0; 32];
-        write_lower(&mut hex, &self.context.trace_id().to_bytes());
-        ascii(&hex)
+    pub fn trace_id(&self) -> TraceIdHex {
+        TraceIdHex(digits_u128(u128::from_be_bytes(
+            self.context.trace_id().to_bytes(),
+        )))
     }
 
     /// Names the span for its route (`POST /v1/chat/completions`): a template, so span
@@ -174,7 +174,7 @@ impl AttemptTrace {
     }
 
     /// `traceparent` (and `tracestate`, if any) naming this attempt, for the upstream.
-    pub fn upstream_headers(&self) -> Vec<(&'static str, String)> {
+    pub fn upstream_headers(&self) -> UpstreamFields {
         upstream_headers(&self.context)
     }
 
@@ -237,34 +237,62 @@ fn host_and_port(authority: &str) -> (&str, Option<u16>) {
     }
 }
 
-/// The W3C Trace Context fields naming `context` (`traceparent`, and `tracestate` when it
-/// has entries), as header name and value: version 00, the trace and span IDs and the
-/// flags in lower-case hex, written directly (the SDK's propagator formats each ID
+/// A trace ID in lower-case hex, written on the stack (no allocation per request).
+pub struct TraceIdHex([u8; 32]);
+
+impl TraceIdHex {
+    pub fn as_str(&self) -> &str {
+        // Hex digits only: always valid.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The W3C Trace Context fields naming an attempt, for its upstream request.
+pub struct UpstreamFields {
+    /// None for an invalid context (nothing to propagate).
+    traceparent: Option<[u8; 55]>,
+    tracestate: String,
+}
+
+impl UpstreamFields {
+    /// `traceparent`'s value: hex digits and dashes. Empty for an invalid context.
+    pub fn traceparent(&self) -> &[u8] {
+        self.traceparent.as_ref().map_or(&[], |p| p)
+    }
+
+    /// `tracestate`'s value, empty when it has no entries (or the context is invalid).
+    pub fn tracestate(&self) -> &[u8] {
+        self.tracestate.as_bytes()
+    }
+}
+
+/// The W3C Trace Context fields naming `context`: version 00, the trace and span IDs and
+/// the flags in lower-case hex, written directly (the SDK's propagator formats each ID
 /// through `fmt`, a few thousand instructions a request, sampled or not).
-fn upstream_headers(context: &SpanContext) -> Vec<(&'static str, String)> {
+fn upstream_headers(context: &SpanContext) -> UpstreamFields {
     if !context.is_valid() {
-        return Vec::new();
+        return UpstreamFields {
+            traceparent: None,
+            tracestate: String::new(),
+        };
     }
     let mut parent = *b"00-0123456789abcdef0123456789abcdef-0123456789abcdef-00";
-    write_lower(&mut parent[3..35], &context.trace_id().to_bytes());
-    write_lower(&mut parent[36..52], &context.span_id().to_bytes());
+    parent[3..35].copy_from_slice(&digits_u128(u128::from_be_bytes(
+        context.trace_id().to_bytes(),
+    )));
+    parent[36..52].copy_from_slice(&digits_u64(u64::from_be_bytes(
+        context.span_id().to_bytes(),
+    )));
     // Only the sampled flag is defined in version 00 (the SDK masks the rest too).
     write_lower(
         &mut parent[53..],
         &[(context.trace_flags() & TraceFlags::SAMPLED).to_u8()],
     );
-    let mut fields = vec![("traceparent", ascii(&parent))];
-    let state = context.trace_state().header();
-    // An empty `tracestate` says nothing: not sent.
-    if !state.is_empty() {
-        fields.push(("tracestate", state));
+    UpstreamFields {
+        traceparent: Some(parent),
+        // An empty `tracestate` says nothing: not sent.
+        tracestate: context.trace_state().header(),
     }
-    fields
-}
-
-/// ASCII bytes as a `String` (hex digits and dashes: always valid).
-fn ascii(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -292,10 +320,15 @@ mod tests {
     }
 
     fn ours(context: &SpanContext) -> Vec<(String, String)> {
-        let mut fields: Vec<(String, String)> = upstream_headers(context)
-            .into_iter()
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect();
+        let fields = upstream_headers(context);
+        let mut fields: Vec<(String, String)> = [
+            ("traceparent", fields.traceparent()),
+            ("tracestate", fields.tracestate()),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| (name.to_owned(), String::from_utf8(value.to_vec()).unwrap()))
+        .collect();
         fields.sort();
         fields
     }
@@ -319,7 +352,7 @@ mod tests {
             assert_eq!(ours(&context), sdk_fields(&context));
         }
         assert_eq!(
-            upstream_headers(&SpanContext::NONE),
+            ours(&SpanContext::NONE),
             Vec::new(),
             "an invalid context propagates nothing"
         );

@@ -8,7 +8,7 @@ use super::call::{Call, Exchange, Outgoing};
 use super::choose::{another_available, pick};
 use super::exchange::exchange;
 use super::health::Witness;
-use super::request::{request_header, upstream_target};
+use super::request::{request_header, upstream_target, TraceFields};
 use super::translated::AnswerTranslation;
 use super::verdict::{verdict, AfterCut, Next, Onward, Outcome, Reached};
 use super::{Pool, Upstreams};
@@ -199,6 +199,10 @@ async fn attempts(
             })
         });
         let trace_fields = attempt.as_ref().map(AttemptTrace::upstream_headers);
+        let trace_fields = trace_fields.as_ref().map(|fields| TraceFields {
+            traceparent: fields.traceparent(),
+            tracestate: fields.tracestate(),
+        });
         let query = session.req_header().uri.query();
         let path = upstream_target(upstream, dispatch.path, query);
         let header = request_header(
@@ -208,7 +212,7 @@ async fn attempts(
             dispatch.request_id,
             body.len(),
             client_address.as_deref(),
-            trace_fields.as_deref(),
+            trace_fields.as_ref(),
         )
         .and_then(|mut header| {
             // Anthropic's API requires a version; an OpenAI client sends none.

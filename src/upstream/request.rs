@@ -233,6 +233,15 @@ fn is_field_value(bytes: &[u8]) -> bool {
         .all(|&b| (b >= b' ' && b != 0x7f) || b == b'\t')
 }
 
+/// The trace context an upstream attempt is sent in place of the client's; a field with
+/// an empty value is not sent.
+pub struct TraceFields<'a> {
+    /// Written by the gateway: hex digits and dashes, sent without a check.
+    pub traceparent: &'a [u8],
+    /// A trusted caller's entries, checked like any value the gateway sends.
+    pub tracestate: &'a [u8],
+}
+
 /// The request head sent upstream for a request of `body_len` bytes, to `target` (path
 /// and query, see [`upstream_target`]). `client_address` is appended to the client's
 /// `X-Forwarded-For`; `trace`, when the request is traced, replaces the client's trace
@@ -244,7 +253,7 @@ pub fn request_header(
     request_id: &str,
     body_len: usize,
     client_address: Option<&str>,
-    trace: Option<&[(&'static str, String)]>,
+    trace: Option<&TraceFields>,
 ) -> Result<RequestHead> {
     let style = &upstream.style;
     let mut head = RequestHead::new(
@@ -292,8 +301,13 @@ pub fn request_header(
         head.checked_field("x-forwarded-for", &[chain.as_bytes()])?;
     }
     provider_fields(&mut head, upstream)?;
-    for (name, value) in trace.unwrap_or_default() {
-        head.checked_field(name, &[value.as_bytes()])?;
+    if let Some(trace) = trace {
+        if !trace.traceparent.is_empty() {
+            head.field_parts("traceparent", &[trace.traceparent]);
+        }
+        if !trace.tracestate.is_empty() {
+            head.checked_field("tracestate", &[trace.tracestate])?;
+        }
     }
     Ok(head.finish())
 }

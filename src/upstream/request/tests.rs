@@ -133,6 +133,7 @@ fn the_head_is_written_as_it_goes_on_the_wire() {
         .append_header("content-type", "application/json")
         .unwrap();
     client.append_header("traceparent", "00-client-01").unwrap();
+    client.append_header("tracestate", "client=1").unwrap();
     client.append_header("x-b3", "client").unwrap();
     let sent = request_header(
         &client,
@@ -166,7 +167,10 @@ fn the_head_is_written_as_it_goes_on_the_wire() {
         "an untraced request passes the client's context on"
     );
 
-    let ours = [("traceparent", "00-ours-01".to_owned())];
+    let ours = TraceFields {
+        traceparent: b"00-ours-01",
+        tracestate: b"",
+    };
     let traced = request_header(
         &client,
         &upstream(None),
@@ -178,6 +182,11 @@ fn the_head_is_written_as_it_goes_on_the_wire() {
     )
     .unwrap();
     assert_eq!(traced.get("traceparent").as_deref(), Some("00-ours-01"));
+    assert_eq!(
+        traced.get("tracestate"),
+        None,
+        "an empty field is not sent, and the client's is not passed on"
+    );
     assert_eq!(traced.get("x-b3").as_deref(), Some("client"));
 }
 
