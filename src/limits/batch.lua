@@ -66,6 +66,9 @@ for a = 1, #KEYS - 3 do
     ms = tonumber(v[3] or '-1'), mm = tonumber(v[4] or '0'),
     day_limit = tonumber(ARGV[at]), month_limit = tonumber(ARGV[at + 1]),
     dirty = false, reserved = false}
+  -- The month the account held when read: an account already in the current month has
+  -- its expiry (which only moves with the month) set.
+  accounts[a].stored_month = accounts[a].ms
   at = at + 2
 end
 local account_count = #accounts
@@ -182,8 +185,14 @@ if per_minute > 0 and admissions > 0 then
 end
 local in_flight = 0
 if max_concurrent > 0 and admissions > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
+  -- Expired leases (of a replica that died) are removed when they could count: when the
+  -- set could reach the limit, and past 128 members (where Redis leaves its compact
+  -- encoding); otherwise they cost nothing but their place, and expire with the set.
   in_flight = redis.call('ZCARD', KEYS[3])
+  if in_flight + admissions > max_concurrent or in_flight > 128 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
+    in_flight = redis.call('ZCARD', KEYS[3])
+  end
 end
 
 local minute, whole_day = windows[1], windows[2]
@@ -314,13 +323,16 @@ if #taken > 0 then
   redis.call('ZADD', KEYS[3], unpack(taken))
   redis.call('PEXPIRE', KEYS[3], int(ceil(lifetime / 1000) + 1000))
 end
--- An account is kept until a week after its month ends (from its last reservation), so
--- a late settlement still finds it; a settlement alone keeps the expiry it has.
+-- An account is kept until a week after its month ends, so a late settlement still finds
+-- it: set by the first reservation of a month (of the account as read: every reservation
+-- of that month would set the same time); a settlement alone keeps the expiry it has.
 for a, account in ipairs(accounts) do
   if account.dirty then
     redis.call('HSET', KEYS[3 + a], 'ds', int(account.ds), 'dm', int(account.dm),
       'ms', int(account.ms), 'mm', int(account.mm))
-    if account.reserved then redis.call('PEXPIRE', KEYS[3 + a], ARGV[9]) end
+    if account.reserved and account.stored_month ~= month then
+      redis.call('PEXPIRE', KEYS[3 + a], ARGV[9])
+    end
   end
 end
 return table.concat(answers)
