@@ -311,7 +311,9 @@ for i = 1, 2 do
     fields[#fields + 1] = names[i] .. 't'
     fields[#fields + 1] = int(w.tat)
     fields[#fields + 1] = names[i] .. 'l'
-    fields[#fields + 1] = int(w.limit)
+    -- The call's limit, as the gateway wrote it, when the window has it (no format).
+    if w.limit == limits[i] then fields[#fields + 1] = ARGV[2 + i]
+    else fields[#fields + 1] = int(w.limit) end
   end
   if w.limit > 0 then longest = max(longest, w.tat - now) end
 end
@@ -328,8 +330,12 @@ end
 -- of that month would set the same time); a settlement alone keeps the expiry it has.
 for a, account in ipairs(accounts) do
   if account.dirty then
-    redis.call('HSET', KEYS[3 + a], 'ds', int(account.ds), 'dm', int(account.dm),
-      'ms', int(account.ms), 'mm', int(account.mm))
+    -- The current day's and month's starts as the gateway wrote them (no format).
+    local ds, ms = ARGV[7], ARGV[8]
+    if account.ds ~= day then ds = int(account.ds) end
+    if account.ms ~= month then ms = int(account.ms) end
+    redis.call('HSET', KEYS[3 + a], 'ds', ds, 'dm', int(account.dm), 'ms', ms,
+      'mm', int(account.mm))
     if account.reserved and account.stored_month ~= month then
       redis.call('PEXPIRE', KEYS[3 + a], ARGV[9])
     end
