@@ -14,27 +14,28 @@
 -- (Unix ms) and how long an account is kept after a reservation (ms); per budget account
 -- its day and month limits (micro-dollars, -1: none). Then six packed arguments, where a
 -- number is 8 bytes, little-endian, signed, and a lease id is 33 bytes:
--- the settlements, four numbers each: tokens reserved per minute, per day (-1: none),
--- tokens used (-1: unknown, the reservation stands), whether it gives a lease back (1 or
--- 0), and, for a key with budget accounts, four more: money reserved (-1: none), money it
--- cost, and the day's and month's starts it was reserved in; the lease ids they give
--- back, in their order; the lease ids to keep (each held again for one lifetime,
--- re-created if the store lost it); the admissions, two numbers each: estimate, whether
--- it takes a lease (1 or 0), and, for a key with budget accounts, a third: its cost
--- (micro-dollars; -1: nothing to reserve); and the lease ids they take, in their order.
--- Returns one string: ten numbers per admission, packed as above: {verdict, wait_us,
--- rate_remaining, rate_reset_us, token_window, token_limit, token_remaining,
--- token_reset_us, reserved_minute, reserved_day}, and five more for a key with budget
--- accounts: {budget_remaining, budget_account, budget_window, budget_limit, budget_spent}.
--- Verdict 0 admitted, 1 request rate, 2 concurrency, 3 tokens, 4 budget; token_window 0
--- none, 1 minute, 2 day; reserved -1 for a window the key does not have; budget_remaining
--- the micro-dollars the tightest budget window has left (after the reservation if
--- admitted); the last four name the window a budget refusal is for (account 1-based,
--- window 1 day, 2 month; 0 otherwise).
+-- the settlements of the call, together: four numbers, the tokens they give back and the
+-- tokens they take beyond their reservations, per minute and per day (each the sum over
+-- the call's settlements that reported usage, for the windows they reserved in; all four
+-- absent when the call settles nothing), and, for a key with budget accounts, four more
+-- per day and month they were reserved in: the money reserved, the money it cost, and
+-- that day's and month's starts; the lease ids they give back; the lease ids to keep
+-- (each held again for one lifetime, re-created if the store lost it); the admissions,
+-- two numbers each: estimate, whether it takes a lease (1 or 0), and, for a key with
+-- budget accounts, a third: its cost (micro-dollars; -1: nothing to reserve); and the
+-- lease ids they take, in their order.
+-- Returns one string: per admission, five numbers packed as doubles (8 bytes,
+-- little-endian): {verdict, wait_us, rate backlog, minute backlog, day backlog}, a
+-- backlog being a window's arrival time after the admission (without it if refused)
+-- minus the clock, and, for a key with budget accounts, two more per account: what its
+-- day and its month have spent after the admission. The gateway works the headers'
+-- numbers out of these with the limits it sent, as the same arithmetic in doubles.
+-- Verdict 0 admitted, 1 request rate, 2 concurrency, 3 tokens, 4 budget.
 -- Every number handed to Redis is formatted as an integer (its floor, by '%d': Lua's
 -- '%.0f' cost several times more), and no arrival time runs more than its period plus
--- seven days ahead of the clock, so no value overflows whatever a settlement carries. Amounts of money arrive below 2^50 micro-dollars (the gateway caps them), so
--- sums of them stay exact in Lua's doubles.
+-- seven days ahead of the clock, so no value overflows whatever a settlement carries.
+-- Amounts of money arrive below 2^50 micro-dollars (the gateway caps them, sums
+-- included), so sums of them stay exact in Lua's doubles.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
@@ -65,16 +66,13 @@ for a = 1, #KEYS - 3 do
     ms = tonumber(v[3] or '-1'), mm = tonumber(v[4] or '0'),
     day_limit = tonumber(ARGV[at]), month_limit = tonumber(ARGV[at + 1]),
     dirty = false, reserved = false}
+  -- The month the account held when read: an account already in the current month has
+  -- its expiry (which only moves with the month) set.
+  accounts[a].stored_month = accounts[a].ms
   at = at + 2
 end
 local account_count = #accounts
 local budgeted = account_count > 0
-local function spent(account)
-  local d, m = 0, 0
-  if account.ds == day then d = account.dm end
-  if account.ms == month then m = account.mm end
-  return d, m
-end
 
 -- The token windows as stored: arrival time and the limit it was computed under. A window
 -- the store no longer holds (drained and expired, or a store restarted empty) starts empty
@@ -88,27 +86,35 @@ for i = 1, 2 do
   windows[i] = w
 end
 
--- Settlements: refund what was over-reserved, take what went beyond it (into debt if need
--- be), under the window's limit; give the leases back.
+-- Settlements, all of the call's together: first what they give back, then what they
+-- take beyond their reservations (into debt if need be), under the window's limit. (One
+-- by one in another order, a window that drains to empty in between would charge less
+-- than this; a call's settlements come from requests that ran side by side.)
 local settled, settled_leases = ARGV[at], ARGV[at + 1]
 at = at + 2
-local settlement_format = budgeted and '<i8i8i8i8i8i8i8i8' or '<i8i8i8i8'
-local settlements = count(settled, budgeted and 64 or 32)
-local returned = {}
-local position, lease_at = 1, 1
-for _ = 1, settlements do
-  local reserved_minute, reserved_day, used, leased, money, cost, money_day, money_month
-  if budgeted then
-    reserved_minute, reserved_day, used, leased, money, cost, money_day, money_month,
-      position = unpack_numbers(settlement_format, settled, position)
-  else
-    reserved_minute, reserved_day, used, leased, position =
-      unpack_numbers(settlement_format, settled, position)
-    money = -1
+local settled_bytes = #settled
+if settled_bytes > 0 then
+  if settled_bytes % 32 ~= 0 or (not budgeted and settled_bytes ~= 32) then
+    error('sluice: a packed argument has a partial record')
   end
-  -- Money: the reservation replaced by the cost, only in the windows it was made in (a
+  local tokens = {}
+  local position
+  tokens[1], tokens[2], tokens[3], tokens[4], position = unpack_numbers('<i8i8i8i8', settled)
+  for i = 1, 2 do
+    local w, back, beyond = windows[i], tokens[2 * i - 1], tokens[2 * i]
+    if w.limit > 0 and (back > 0 or beyond > 0) then
+      w.tat = w.tat - back * periods[i] / w.limit
+      if beyond > 0 then
+        w.tat = min(max(w.tat, now) + beyond * periods[i] / w.limit, now + periods[i] + max_debt)
+      end
+      w.dirty = true
+    end
+  end
+  -- Money: the reservations replaced by the costs, only in the windows they were made in (a
   -- window that has ended since, or an account the store lost, is left as it is).
-  if money >= 0 then
+  while position <= settled_bytes do
+    local money, cost, money_day, money_month
+    money, cost, money_day, money_month, position = unpack_numbers('<i8i8i8i8', settled, position)
     for a = 1, account_count do
       local account = accounts[a]
       if account.ds == money_day then
@@ -119,28 +125,21 @@ for _ = 1, settlements do
       end
     end
   end
-  if used >= 0 then
-    for i = 1, 2 do
-      local w, reserved = windows[i], reserved_minute
-      if i == 2 then reserved = reserved_day end
-      if reserved >= 0 and w.limit > 0 then
-        local held, owed = reserved * periods[i] / w.limit, used * periods[i] / w.limit
-        if owed < held then
-          w.tat = w.tat - (held - owed)
-        else
-          w.tat = min(max(w.tat, now) + (owed - held), now + periods[i] + max_debt)
-        end
-        w.dirty = true
-      end
-    end
-  end
-  if leased == 1 then
-    returned[#returned + 1] = sub(settled_leases, lease_at, lease_at + lease_bytes - 1)
-    lease_at = lease_at + lease_bytes
-  end
 end
-if #returned > 0 then
+local returning = count(settled_leases, lease_bytes)
+if returning > 0 then
+  local returned = {}
+  for i = 1, returning do
+    returned[i] = sub(settled_leases, (i - 1) * lease_bytes + 1, i * lease_bytes)
+  end
   redis.call('ZREM', KEYS[3], unpack(returned))
+end
+-- What each account has spent in the current day and month.
+for a = 1, account_count do
+  local account = accounts[a]
+  account.cd, account.cm = 0, 0
+  if account.ds == day then account.cd = account.dm end
+  if account.ms == month then account.cm = account.mm end
 end
 
 -- Leases of requests still running on the replica: held one more lifetime, re-created if
@@ -186,15 +185,25 @@ if per_minute > 0 and admissions > 0 then
 end
 local in_flight = 0
 if max_concurrent > 0 and admissions > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
+  -- Expired leases (of a replica that died) are removed when they could count: when the
+  -- set could reach the limit, and past 128 members (where Redis leaves its compact
+  -- encoding); otherwise they cost nothing but their place, and expire with the set.
   in_flight = redis.call('ZCARD', KEYS[3])
+  if in_flight + admissions > max_concurrent or in_flight > 128 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
+    in_flight = redis.call('ZCARD', KEYS[3])
+  end
 end
 
 local minute, whole_day = windows[1], windows[2]
 local minute_limit, day_limit = limits[1], limits[2]
+local minute_period, day_period = periods[1], periods[2]
+-- The answer's format: five doubles, and two per budget account.
+local answer_format = '<ddddd' .. string.rep('dd', account_count)
+local first, second = accounts[1], accounts[2]
 local answers = {}
 local taken, expiry = {}, nil
-position, lease_at = 1, 1
+local position, lease_at = 1, 1
 for _ = 1, admissions do
   local estimate, leased, cost
   if budgeted then
@@ -221,45 +230,33 @@ for _ = 1, admissions do
 
   -- Each token window's position after this request (nil: no such window).
   local token_wait = 0
-  local minute_after, minute_tokens, day_after, day_tokens = nil, nil, nil, nil
+  local minute_after, day_after = nil, nil
   if minute_limit > 0 then
-    minute_tokens = min(estimate, minute_limit)
-    minute_after = max(minute.tat, now) + minute_tokens * periods[1] / minute_limit
-    token_wait = max(token_wait, minute_after - now - periods[1])
+    minute_after = max(minute.tat, now) + min(estimate, minute_limit) * minute_period / minute_limit
+    token_wait = max(token_wait, minute_after - now - minute_period)
   end
   if day_limit > 0 then
-    day_tokens = min(estimate, day_limit)
-    day_after = max(whole_day.tat, now) + day_tokens * periods[2] / day_limit
-    token_wait = max(token_wait, day_after - now - periods[2])
-  end
-
-  -- Every budget window the cost would take over its limit; the one that stays shut
-  -- longest is named (the month over the day, the owner's over the key's on a tie).
-  local over_account, over_window, over_limit, over_spent = 0, 0, 0, 0
-  if budgeted and cost >= 0 then
-    for a = 1, account_count do
-      local account = accounts[a]
-      local spent_day, spent_month = spent(account)
-      local limit = account.day_limit
-      if limit >= 0 and spent_day + cost > limit and 1 >= over_window then
-        over_account, over_window, over_limit, over_spent = a, 1, limit, spent_day
-      end
-      limit = account.month_limit
-      if limit >= 0 and spent_month + cost > limit then
-        over_account, over_window, over_limit, over_spent = a, 2, limit, spent_month
-      end
-    end
+    day_after = max(whole_day.tat, now) + min(estimate, day_limit) * day_period / day_limit
+    token_wait = max(token_wait, day_after - now - day_period)
   end
 
   local verdict, wait = 0, 0
   if rate_wait > 0 then
     verdict, wait = 1, rate_wait
   elseif max_concurrent > 0 and in_flight >= max_concurrent then
-    verdict, wait = 2, 0
+    verdict = 2
   elseif token_wait > 0 then
     verdict, wait = 3, token_wait
-  elseif over_window > 0 then
-    verdict = 4
+  elseif budgeted and cost >= 0 then
+    -- Refused if the cost takes any budget window over its limit (the gateway names the
+    -- one that stays shut longest).
+    for a = 1, account_count do
+      local account = accounts[a]
+      local limit = account.day_limit
+      if limit >= 0 and account.cd + cost > limit then verdict = 4 end
+      limit = account.month_limit
+      if limit >= 0 and account.cm + cost > limit then verdict = 4 end
+    end
   end
 
   if verdict == 0 then
@@ -277,67 +274,26 @@ for _ = 1, admissions do
     if cost >= 0 then
       for a = 1, account_count do
         local account = accounts[a]
-        local spent_day, spent_month = spent(account)
-        account.ds, account.dm = day, spent_day + cost
-        account.ms, account.mm = month, spent_month + cost
+        account.cd, account.cm = account.cd + cost, account.cm + cost
+        account.ds, account.dm, account.ms, account.mm = day, account.cd, month, account.cm
         account.dirty, account.reserved = true, true
       end
     end
   end
 
-  -- The rate's position after this request if admitted, without it if refused.
-  local rate_remaining, rate_reset = -1, 0
-  if per_minute > 0 then
-    local backlog = min(max(rate_tat - now, 0), window)
-    rate_remaining = max(floor((window - backlog) / interval), 0)
-    rate_reset = backlog
-  end
-
-  -- The window with the fewest tokens left, as the headers show it.
-  local shown, token_limit, token_remaining, token_reset = 0, 0, 0, 0
-  local reserved_minute, reserved_day = -1, -1
-  if minute_tokens then
-    reserved_minute = minute_tokens
-    local backlog = max(minute.tat - now, 0)
-    shown, token_limit, token_reset = 1, minute_limit, backlog
-    token_remaining = floor(max(periods[1] - backlog, 0) * minute_limit / periods[1])
-  end
-  if day_tokens then
-    reserved_day = day_tokens
-    local backlog = max(whole_day.tat - now, 0)
-    local remaining = floor(max(periods[2] - backlog, 0) * day_limit / periods[2])
-    if shown == 0 or remaining < token_remaining then
-      shown, token_limit, token_remaining, token_reset = 2, day_limit, remaining, backlog
-    end
-  end
-  -- One pack per admission (a second one and a concatenation cost Redis ~2.7k
-  -- instructions per request).
+  -- The windows' positions after this request if admitted, without it if refused, and
+  -- what the budgets have spent: one pack per admission.
+  wait = ceil(min(wait, max_debt))
   local answer
-  if budgeted then
-    -- The tightest budget window: what it has left after this request if admitted,
-    -- without it if refused.
-    local budget_left = -1
-    for a = 1, account_count do
-      local account = accounts[a]
-      local spent_day, spent_month = spent(account)
-      if account.day_limit >= 0 then
-        local left = max(0, account.day_limit - spent_day)
-        if budget_left < 0 or left < budget_left then budget_left = left end
-      end
-      if account.month_limit >= 0 then
-        local left = max(0, account.month_limit - spent_month)
-        if budget_left < 0 or left < budget_left then budget_left = left end
-      end
-    end
-    if verdict ~= 4 then over_account, over_window, over_limit, over_spent = 0, 0, 0, 0 end
-    answer = pack_numbers('<i8i8i8i8i8i8i8i8i8i8i8i8i8i8i8', verdict, ceil(min(wait, max_debt)),
-      rate_remaining, ceil(rate_reset), shown, token_limit, token_remaining,
-      ceil(min(token_reset, periods[2] + max_debt)), reserved_minute, reserved_day,
-      budget_left, over_account, over_window, over_limit, over_spent)
+  if account_count == 0 then
+    answer = pack_numbers(answer_format, verdict, wait, rate_tat - now, minute.tat - now,
+      whole_day.tat - now)
+  elseif account_count == 1 then
+    answer = pack_numbers(answer_format, verdict, wait, rate_tat - now, minute.tat - now,
+      whole_day.tat - now, first.cd, first.cm)
   else
-    answer = pack_numbers('<i8i8i8i8i8i8i8i8i8i8', verdict, ceil(min(wait, max_debt)),
-      rate_remaining, ceil(rate_reset), shown, token_limit, token_remaining,
-      ceil(min(token_reset, periods[2] + max_debt)), reserved_minute, reserved_day)
+    answer = pack_numbers(answer_format, verdict, wait, rate_tat - now, minute.tat - now,
+      whole_day.tat - now, first.cd, first.cm, second.cd, second.cm)
   end
   answers[#answers + 1] = answer
 end
@@ -355,7 +311,9 @@ for i = 1, 2 do
     fields[#fields + 1] = names[i] .. 't'
     fields[#fields + 1] = int(w.tat)
     fields[#fields + 1] = names[i] .. 'l'
-    fields[#fields + 1] = int(w.limit)
+    -- The call's limit, as the gateway wrote it, when the window has it (no format).
+    if w.limit == limits[i] then fields[#fields + 1] = ARGV[2 + i]
+    else fields[#fields + 1] = int(w.limit) end
   end
   if w.limit > 0 then longest = max(longest, w.tat - now) end
 end
@@ -367,13 +325,20 @@ if #taken > 0 then
   redis.call('ZADD', KEYS[3], unpack(taken))
   redis.call('PEXPIRE', KEYS[3], int(ceil(lifetime / 1000) + 1000))
 end
--- An account is kept until a week after its month ends (from its last reservation), so
--- a late settlement still finds it; a settlement alone keeps the expiry it has.
+-- An account is kept until a week after its month ends, so a late settlement still finds
+-- it: set by the first reservation of a month (of the account as read: every reservation
+-- of that month would set the same time); a settlement alone keeps the expiry it has.
 for a, account in ipairs(accounts) do
   if account.dirty then
-    redis.call('HSET', KEYS[3 + a], 'ds', int(account.ds), 'dm', int(account.dm),
-      'ms', int(account.ms), 'mm', int(account.mm))
-    if account.reserved then redis.call('PEXPIRE', KEYS[3 + a], ARGV[9]) end
+    -- The current day's and month's starts as the gateway wrote them (no format).
+    local ds, ms = ARGV[7], ARGV[8]
+    if account.ds ~= day then ds = int(account.ds) end
+    if account.ms ~= month then ms = int(account.ms) end
+    redis.call('HSET', KEYS[3 + a], 'ds', ds, 'dm', int(account.dm), 'ms', ms,
+      'mm', int(account.mm))
+    if account.reserved and account.stored_month ~= month then
+      redis.call('PEXPIRE', KEYS[3 + a], ARGV[9])
+    end
   end
 end
 return table.concat(answers)

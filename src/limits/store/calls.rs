@@ -15,11 +15,8 @@ use tokio::sync::oneshot;
 /// The most admissions, and the most settlements, one call carries.
 const BATCH_MAX: usize = 128;
 
-/// Values `batch.lua` answers per admission of a key with budgets.
+/// Values an admission's answer is read as (`packed::answers`).
 pub(super) const ANSWER: usize = 15;
-
-/// Values `batch.lua` answers per admission of a key without: the first ten.
-pub(super) const UNBUDGETED_ANSWER: usize = 10;
 
 /// `batch.lua`'s answer to one admission, and the budget windows of the call that made it.
 pub(super) type Answer = ([i64; ANSWER], Windows);
@@ -240,7 +237,8 @@ impl Store {
             .arg(windows.day.0)
             .arg(windows.month.0)
             .arg(account_lifetime(&windows, now_ms));
-        for [day, month] in account_limits(key) {
+        let account_limits: Vec<[i64; 2]> = account_limits(key).collect();
+        for &[day, month] in &account_limits {
             invocation.arg(day).arg(month);
         }
         let packed = Packed::new(self.replica, budgeted, settlements, kept, admissions);
@@ -253,7 +251,7 @@ impl Store {
         let answer: Vec<u8> = self
             .call(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await?;
-        let answers = packed::answers(&answer, admissions.len(), budgeted);
+        let answers = packed::answers(&answer, admissions, &limits, &account_limits);
         if answers.is_none() {
             self.script_failed();
         }
