@@ -14,9 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod key;
+mod series;
 
 use key::build_key;
 pub use key::Key;
+pub use series::{Held, KeySeries, ModelCounter};
 
 /// One backend that serves models: where it is and how to call it.
 #[derive(Debug)]
@@ -70,7 +72,7 @@ pub struct Model {
     /// The API its upstreams speak (`upstream_api`).
     pub upstream_api: crate::endpoint::UpstreamApi,
     /// Its `sluice_request_duration_seconds`, resolved at its first request's end.
-    pub request_duration: crate::metrics::Held<prometheus::Histogram>,
+    pub request_duration: Held<prometheus::Histogram>,
 }
 
 /// The immutable snapshot every request reads.

@@ -1,13 +1,11 @@
 //! Every Prometheus series the gateway exports, in one owned registry (no globals, so tests
 //! run several gateways in one process). Labels come only from configuration and fixed sets.
 
-mod held;
 mod key_info;
 mod labels;
 mod tls;
 
 use crate::catalog::Key;
-pub use held::{Held, KeySeries, ModelCounter};
 use key_info::KeyInfo;
 use labels::{ANONYMOUS_CODES, KEY_CODES, UPSTREAM_CODES};
 pub use labels::{CONNECT_FAILED, RATE_LIMITED, RESEND_REASONS, UNKNOWN};

@@ -55,8 +55,8 @@ pub use probe::{run as run_checks, CheckContext};
 pub use translated::AnswerTranslation;
 pub use verdict::AfterCut;
 
+use crate::catalog::Held;
 use crate::clock::Clock;
-use crate::metrics::Held;
 use dashmap::DashMap;
 use pingora_core::connectors::TransportConnector;
 use prometheus::{Histogram, IntGauge};

@@ -34,7 +34,7 @@ pub struct Key {
     /// The budget of its owner (`owners:`), shared with the owner's other keys.
     pub owner_budget: Option<crate::config::Budget>,
     /// Its metric series, resolved as its requests first move them.
-    pub series: crate::metrics::KeySeries,
+    pub series: super::KeySeries,
 }
 
 impl Key {

@@ -4,10 +4,11 @@
 use super::context::{Broken, RequestContext};
 use super::downstream::request_host;
 use crate::access_log::{millis, now_rfc3339, AccessRecord};
+use crate::catalog::ModelCounter;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::listener::Session;
-use crate::metrics::{ModelCounter, UNKNOWN};
+use crate::metrics::UNKNOWN;
 use crate::respond::error_response;
 use crate::telemetry::{RequestEnd, RequestTrace, TraceIdHex};
 use pingora_http::ResponseHeader;

@@ -11,7 +11,7 @@
 //! old catalog), an upstream's with its state (dropped once the upstream is gone from the
 //! configuration and idle). The series themselves stay in their families, as before.
 
-use crate::catalog::Model;
+use super::Model;
 use prometheus::{IntCounter, IntGauge};
 use std::fmt;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
