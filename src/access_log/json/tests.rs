@@ -19,7 +19,7 @@ fn a_record_with_every_field_is_written_as_serde_json_writes_it() {
         ts: "2026-11-26T22:00:00.123Z".into(),
         environment: "prod",
         request_id: "abc123",
-        trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        trace_id: Some("0af7651916cd43dd8448eb211c80319c"),
         method: "POST",
         path: "/v1/chat/completions",
         host: "gw.example:8080",
