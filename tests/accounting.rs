@@ -6,18 +6,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-const LIMITED: &str = "sk-test-limited-0123456789";
-
-fn limited_config(upstream: &str, key_limits: &str) -> String {
-    config_with(upstream, "").replace(
-        "keys:\n",
-        &format!(
-            "keys:\n  - name: limited\n    sha256: {}\n{key_limits}\n",
-            key_hash(LIMITED)
-        ),
-    )
-}
-
 /// A chat body asking for at most `max_tokens` of output.
 fn asking(max_tokens: u64) -> String {
     format!(

@@ -10,18 +10,6 @@ use common::redis_server::{shared_config, store, RedisServer, SHARED};
 use common::*;
 use std::time::Duration;
 
-const LIMITED: &str = "sk-test-limited-0123456789";
-
-fn limited_config(upstream: &str, key_limits: &str) -> String {
-    config_with(upstream, "").replace(
-        "keys:\n",
-        &format!(
-            "keys:\n  - name: limited\n    sha256: {}\n{key_limits}\n",
-            key_hash(LIMITED)
-        ),
-    )
-}
-
 /// A request's bytes for `key`: a chat completion with `body`, or a model list.
 fn request(key: &str, body: Option<&str>) -> Vec<u8> {
     let auth = format!("Bearer {key}");

@@ -118,6 +118,21 @@ keys:
     )
 }
 
+/// The API key of [`limited_config`]'s key `limited`.
+pub const LIMITED: &str = "sk-test-limited-0123456789";
+
+/// [`config_with`]'s catalog with one more key, `limited` ([`LIMITED`]), whose settings are
+/// `key_limits` (YAML lines indented under the key).
+pub fn limited_config(upstream: &str, key_limits: &str) -> String {
+    config_with(upstream, "").replace(
+        "keys:\n",
+        &format!(
+            "keys:\n  - name: limited\n    sha256: {}\n{key_limits}\n",
+            key_hash(LIMITED)
+        ),
+    )
+}
+
 pub fn config(upstream_url: &str) -> String {
     config_with(upstream_url, "")
 }

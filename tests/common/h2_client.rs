@@ -11,7 +11,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-pub const LIMITED: &str = "sk-test-limited-0123456789";
 pub const SLOW: &str = "sk-test-slow-0123456789abc";
 
 pub const STREAM_BODY: &str =
