@@ -136,7 +136,7 @@ impl Proxy {
                 rate,
                 since_previous,
             } => {
-                ctx.permits.push(permit);
+                ctx.key_slot = Some(permit);
                 (ctx.rate, ctx.since_previous) = (rate, since_previous);
                 Ok(())
             }

@@ -62,8 +62,8 @@ pub struct RequestContext {
     pub(super) exchange: Exchange,
     /// Its tokens, money and concurrency were settled (`Proxy::settle`).
     pub(super) settled: bool,
-    /// The key's concurrency slots, given back when the request is settled.
-    pub(super) permits: Vec<Permit>,
+    /// The key's concurrency slot in this process, given back when the request is settled.
+    pub(super) key_slot: Option<Permit>,
     /// The request's gateway-wide slot: kept until the context drops, as it tells a
     /// shutdown that the request is still running (its answer still being written).
     pub(super) gateway_slot: Option<Permit>,
@@ -108,7 +108,7 @@ impl RequestContext {
             cut_by_shutdown: false,
             exchange: Exchange::default(),
             settled: false,
-            permits: Vec::new(),
+            key_slot: None,
             gateway_slot: None,
             shared_count: None,
             in_flight: None,

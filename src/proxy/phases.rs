@@ -173,7 +173,7 @@ impl Proxy {
             return;
         }
         settle_tokens(&self.gateway, e, ctx);
-        ctx.permits.clear();
+        ctx.key_slot = None;
         ctx.shared_count = None;
     }
 
