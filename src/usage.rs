@@ -2,9 +2,10 @@
 //! `usage` of an event stream, wherever the provider puts it (a chunk of its own with
 //! `choices: []`, the chunk with `finish_reason`, a Responses API `response.completed` event).
 //!
-//! Nothing is held or copied but the `usage` value itself: [`JsonScan`] follows a JSON
-//! document's structure as it arrives in pieces, and [`EventUsage`] finds the `data:` lines
-//! of an event stream and feeds them to it. [`strip_event`] takes out of one event what an
+//! A JSON answer that is here whole is read by serde_json in one pass ([`whole_usage`]).
+//! One relayed in pieces is followed as it passes, nothing held or copied but the `usage`
+//! value itself: [`JsonScan`] follows a JSON document's structure as it arrives in pieces,
+//! and [`EventUsage`] finds the `data:` lines of an event stream and feeds them to it. [`strip_event`] takes out of one event what an
 //! injected `stream_options.include_usage` added, for a client that did not ask for it.
 
 use serde::Deserialize;
@@ -12,9 +13,11 @@ use serde_json::Number;
 
 mod events;
 mod json_scan;
+mod whole;
 
 pub use events::{strip_event, EventUsage, Stripped};
 pub use json_scan::{JsonScan, Member};
+pub use whole::whole_usage;
 
 /// Largest `usage` value read; a bigger one is malformed.
 const MAX_USAGE_BYTES: usize = 4096;
@@ -75,7 +78,14 @@ impl Usage {
     pub fn parse(raw: &[u8]) -> Option<Usage> {
         // Typed, so reading it allocates nothing; any field of the wrong type (a string, a
         // list) makes the whole value malformed, and a count must be a non-negative integer.
-        let raw: RawUsage = serde_json::from_slice(raw).ok()?;
+        serde_json::from_slice::<RawUsage>(raw).ok()?.usage()
+    }
+}
+
+impl RawUsage<'_> {
+    /// The usage these fields give, as [`Usage::parse`] reads them.
+    pub(super) fn usage(self) -> Option<Usage> {
+        let raw = self;
         let count = |n: Option<Number>| -> Result<Option<u64>, ()> {
             match n {
                 None => Ok(None),
@@ -116,7 +126,7 @@ impl Usage {
 
 /// The `usage` fields read; others are ignored.
 #[derive(Deserialize)]
-struct RawUsage<'a> {
+pub(super) struct RawUsage<'a> {
     prompt_tokens: Option<Number>,
     completion_tokens: Option<Number>,
     input_tokens: Option<Number>,

@@ -222,7 +222,7 @@ pub(super) async fn exchange(
                     _ => body,
                 };
                 if let Some(reading) = &mut passing.reading {
-                    reading.feed(&body);
+                    reading.whole(&body);
                     measured.usage = reading.usage();
                 }
                 if let Some(kept) = &mut passing.kept {
@@ -251,7 +251,7 @@ pub(super) async fn exchange(
                 // Read now: the whole answer is here even if the client leaves before it is
                 // sent.
                 if let Some(reading) = &mut passing.reading {
-                    reading.feed(&body);
+                    reading.whole(&body);
                     measured.usage = reading.usage();
                 }
                 if call.read_model {
@@ -279,7 +279,12 @@ pub(super) async fn exchange(
                 // Kept for the error record as it passes: redacted.
                 passing.pass(body).map(Held::Whole)
             }
-            (Some(Held::Whole(body)), _) => passing.pass(body).map(Held::Whole),
+            (Some(Held::Whole(body)), _) => {
+                if let Some(reading) = &mut passing.reading {
+                    reading.whole(&body);
+                }
+                passing.pass(body).map(Held::Whole)
+            }
             (Some(Held::Start(start)), _) => passing.pass(start).map(Held::Start),
             (None, _) => None,
         };

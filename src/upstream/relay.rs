@@ -16,7 +16,7 @@ use crate::listener::Session;
 use crate::respond::stream_error_event_in;
 use crate::response_id::IdRewrite;
 use crate::translate::{MessagesUsageReader, StreamTranslation};
-use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
+use crate::usage::{strip_event, whole_usage, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
 use std::time::Instant;
 
@@ -60,6 +60,8 @@ pub(super) enum Edit {
 /// stream's usage is spread over `message_start` and `message_delta`).
 pub(super) enum Reading {
     Json(JsonScan),
+    /// A JSON answer read whole ([`Reading::whole`]): its usage; nothing more comes.
+    JsonWhole(Option<Usage>),
     Events(EventUsage),
     MessagesEvents(MessagesUsageReader),
 }
@@ -74,9 +76,20 @@ impl Reading {
         }
     }
 
+    /// Reads `body`, all of the answer, before anything of it was fed: a JSON answer in one
+    /// pass by serde_json (`usage::whole_usage`), which costs a fraction of following it.
+    pub fn whole(&mut self, body: &[u8]) {
+        match self {
+            Reading::Json(_) => *self = Reading::JsonWhole(whole_usage(body)),
+            reading => reading.feed(body),
+        }
+    }
+
     pub fn feed(&mut self, bytes: &[u8]) {
         match self {
             Reading::Json(scan) => scan.feed(bytes),
+            // The answer was read whole: these are its bytes again, passing.
+            Reading::JsonWhole(_) => {}
             Reading::Events(events) => events.feed(bytes),
             Reading::MessagesEvents(events) => events.feed(bytes),
         }
@@ -85,6 +98,7 @@ impl Reading {
     pub fn usage(&self) -> Option<Usage> {
         match self {
             Reading::Json(scan) => scan.usage(),
+            Reading::JsonWhole(usage) => *usage,
             Reading::Events(events) => events.last(),
             Reading::MessagesEvents(events) => events.usage(),
         }
