@@ -5,8 +5,9 @@
 //! A JSON answer that is here whole is read by serde_json in one pass ([`whole_usage`]).
 //! One relayed in pieces is followed as it passes, nothing held or copied but the `usage`
 //! value itself: [`JsonScan`] follows a JSON document's structure as it arrives in pieces,
-//! and [`EventUsage`] finds the `data:` lines of an event stream and feeds them to it. [`strip_event`] takes out of one event what an
-//! injected `stream_options.include_usage` added, for a client that did not ask for it.
+//! and [`EventUsage`] finds the `data:` lines of an event stream and feeds them to it.
+//! [`strip_event`] takes out of one event what an injected
+//! `stream_options.include_usage` added, for a client that did not ask for it.
 
 use serde::Deserialize;
 use serde_json::Number;
