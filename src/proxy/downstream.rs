@@ -22,13 +22,14 @@ use std::time::Duration;
 /// Longest time spent discarding a refused request's body before closing.
 const LINGER_MAX: Duration = Duration::from_secs(5);
 
-/// The headers the gateway adds to every answer: the request ID and, for a rate-limited
-/// key, its position (`x-ratelimit-*`).
 /// The request ID header of Anthropic's API.
 const MESSAGES_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 
+/// The headers the gateway adds to every answer: the request ID and, for a limited key,
+/// its position (`x-ratelimit-*`, `x-sluice-budget-remaining-usd`).
 pub(super) fn gateway_headers(ctx: &RequestContext) -> Vec<(HeaderName, String)> {
-    let mut headers = Vec::with_capacity(4);
+    // Room for every one: the ID twice, three per limit, the budget.
+    let mut headers = Vec::with_capacity(9);
     headers.push((crate::request_id::HEADER, ctx.request_id.clone()));
     if ctx.error_shape == ErrorShape::Messages {
         // Anthropic's name for it, which its SDKs read.
