@@ -10,6 +10,7 @@
 //! | `workers.rs` | event loops, one per core, each with a `SO_REUSEPORT` listener |
 //! | `connection.rs` | [`ClientPolicy`] and [`ClientConnection`]: head and idle deadlines, head size |
 //! | `transport.rs` | [`BufferedStream`]: the write buffer, deadlines applied to reads |
+//! | `plain.rs` | [`PlainStream`]: a plain TCP connection (client or upstream) as a pingora stream |
 //! | `tls.rs` | TLS: certificates, SNI, the handshake, [`tls::TlsStream`] |
 //! | `app.rs` | [`App`], what a listener serves |
 //! | `session.rs` | [`Session`]: an HTTP/1 session or an HTTP/2 stream, behind one set of methods |
@@ -17,6 +18,7 @@
 mod accept;
 mod app;
 pub mod connection;
+pub mod plain;
 mod session;
 pub mod tls;
 pub mod transport;
@@ -25,6 +27,7 @@ pub mod workers;
 pub use accept::{listen, listen_bounded, ConnectionBound};
 pub use app::App;
 pub use connection::{ClientConnection, ClientPolicy};
+pub use plain::PlainStream;
 pub use session::{write_simple, Session};
 pub use transport::BufferedStream;
 pub use workers::Workers;

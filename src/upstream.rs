@@ -18,6 +18,7 @@
 //! | `request.rs`  | the request header sent up: the one use of a credential             |
 //! | `response.rs` | the response header passed back: status, framing, `Retry-After`     |
 //! | `pool.rs`     | one event loop's idle connections to the upstreams, and the connector |
+//! | `connect.rs`  | a new connection: plain TCP of our own, TLS by pingora's connector  |
 //! | `call.rs`     | one request's call to an upstream, and what its exchanges measured |
 //! | `exchange.rs` | one exchange over the pool: send, first byte, then the answer       |
 //! | `send.rs`     | the request out and the answer's head back, on a pooled or fresh connection |
@@ -30,6 +31,7 @@
 mod body;
 mod call;
 mod choose;
+mod connect;
 mod dispatch;
 mod error_record;
 mod exchange;

@@ -6,16 +6,15 @@
 
 use super::app::App;
 use super::connection::{ClientConnection, ClientPolicy};
+use super::plain::PlainStream;
 use super::session::Session;
 use super::tls::{terminate, TlsStream};
 use super::transport::BufferedStream;
 use crate::http1::server::Session as ServerSession;
 use crate::http2;
-use pingora_core::protocols::l4::stream::Stream as L4Stream;
-use pingora_core::protocols::{GetSocketDigest, SocketDigest, Ssl, ALPN};
+use pingora_core::protocols::{GetSocketDigest, Ssl, ALPN};
 use pingora_core::server::ShutdownWatch;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -137,10 +136,8 @@ pub(super) async fn accept_loop<A>(
                 let Some(place) = place else { return };
                 // Nagle against delayed ACK stalls small responses by ~40 ms.
                 let _ = tcp.set_nodelay(true);
-                let digest = SocketDigest::from_raw_fd(tcp.as_raw_fd());
-                let mut stream = L4Stream::from(tcp);
-                // Addresses are then looked up once per connection, not once per request.
-                stream.set_socket_digest(digest);
+                // Its addresses are looked up once per connection, not once per request.
+                let stream = PlainStream::new(tcp);
                 let connection = ClientConnection::accepted(&policy);
                 let app = Arc::clone(&app);
                 let shutdown = shutdown.clone();

@@ -119,9 +119,9 @@ impl Pool {
         }
     }
 
-    /// A new connection to `peer`.
+    /// A new connection to `peer` (plain TCP of our own, TLS by the connector).
     pub async fn connect(&self, peer: &HttpPeer) -> Result<Stream> {
-        self.connector.new_stream(peer).await
+        super::connect::connect(&self.connector, peer).await
     }
 
     /// Idle connections held now.
@@ -130,8 +130,8 @@ impl Pool {
     }
 }
 
-/// A connector that opens connections (TCP, TLS by rustls) and keeps none: pingora's own
-/// pool stays empty, only `new_stream` is used.
+/// A connector that opens TLS connections (rustls) and keeps none: pingora's own pool stays
+/// empty, only `new_stream` is used (plain TCP is `connect.rs`'s).
 pub fn connector() -> TransportConnector {
     TransportConnector::new(Some(ConnectorOptions::new(0)))
 }
@@ -195,9 +195,7 @@ pub(super) mod tests {
     pub(crate) async fn stream(listener: &TcpListener) -> (Stream, TcpStream) {
         let addr = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let client: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(
-            client.unwrap(),
-        ));
+        let client: Stream = Box::new(crate::listener::PlainStream::new(client.unwrap()));
         (client, accepted.unwrap().0)
     }
 

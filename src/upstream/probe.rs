@@ -96,9 +96,7 @@ async fn models_answer(upstreams: &Upstreams, upstream: &Upstream) -> Result<(),
     let header = check_header(upstream).map_err(|_| CheckFailure::Exchange)?;
     // A fresh connection: a pooled one the backend has closed (llama.cpp closes after each
     // streamed response) would fail the check for nothing.
-    let stream = upstreams
-        .checks
-        .new_stream(peer)
+    let stream = super::connect::connect(&upstreams.checks, peer)
         .await
         .map_err(|_| CheckFailure::Connect)?;
     let mut connection = Http1::new(stream);
