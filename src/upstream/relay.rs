@@ -18,6 +18,8 @@ use crate::response_id::IdRewrite;
 use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
+use std::future::Future;
+use std::task::Poll;
 use std::time::Instant;
 
 /// Largest JSON answer read whole to rewrite its IDs.
@@ -231,6 +233,11 @@ enum Next {
 
 /// The next chunk of the answer, within the idle gap and the total deadline, while
 /// watching the client: if it leaves, the upstream connection is shut so the backend stops.
+///
+/// The read is polled once first: a chunk already here (the body read with the head, the
+/// end right after the last chunk) was not waited for, so it reads no clock and arms no
+/// timer. Only a read that has to wait starts the idle gap, at that moment, and counts as
+/// time waiting on the upstream.
 async fn next_chunk(
     session: &mut Session,
     connection: &mut Http1,
@@ -238,27 +245,49 @@ async fn next_chunk(
     deadline: Option<Instant>,
     measured: &mut Exchange,
 ) -> Result<Next, Outcome> {
-    let waited_from = Instant::now();
-    let next_by =
-        tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
-    let read = tokio::select! {
-        // The upstream first: body bytes already read with the head need no poll of the
-        // client. A client that left is still seen: here when the upstream is quiet, or
-        // by the next write to it.
-        biased;
-        read = tokio::time::timeout_at(next_by, connection.read_body()) => read,
-        gone = session.client_gone() => {
+    let waited = {
+        let mut read = std::pin::pin!(connection.read_body());
+        let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(read) => Waited::Read(Ok(read)),
+            Poll::Pending => {
+                let waited_from = Instant::now();
+                let next_by = tokio::time::Instant::from_std(bounded(
+                    waited_from + upstream.idle_timeout,
+                    deadline,
+                ));
+                let waited = tokio::select! {
+                    // The upstream first: a poll of the client (a read of its socket) is
+                    // made only while the upstream is quiet. A client that left is still
+                    // seen: here, or by the next write to it.
+                    biased;
+                    read = tokio::time::timeout_at(next_by, read) => Waited::Read(read),
+                    gone = session.client_gone() => Waited::ClientGone(gone),
+                };
+                measured.upstream_wait += waited_from.elapsed();
+                waited
+            }
+        }
+    };
+    let read = match waited {
+        Waited::Read(read) => read,
+        Waited::ClientGone(gone) => {
             connection.shutdown().await;
             return Err(Outcome::ClientGone(gone));
         }
     };
-    measured.upstream_wait += waited_from.elapsed();
     Ok(match read {
         Ok(Ok(Some(chunk))) => Next::Chunk(chunk),
         Ok(Ok(None)) => Next::End,
         Ok(Err(e)) => Next::Failed(e),
         Err(_elapsed) => Next::Stalled,
     })
+}
+
+/// How a wait for the next chunk ended.
+enum Waited {
+    Read(Result<Result<Option<Bytes>, Error>, tokio::time::error::Elapsed>),
+    ClientGone(Error),
 }
 
 /// Relays body chunks as they come; watches for the client leaving and the upstream stalling
