@@ -152,6 +152,51 @@ async fn a_stalled_stream_ends_with_a_timeout_event_after_idle_timeout() {
 }
 
 #[tokio::test]
+async fn each_gap_of_a_stream_has_its_own_idle_timeout() {
+    let (mock, gw) = gateway().await;
+    // Gaps under the 1 s idle_timeout that add up to more than it, then a stall: each
+    // wait is bounded on its own (the answer's one timer is moved for each).
+    let gap = Duration::from_millis(400);
+    let events = (0..5)
+        .map(|i| {
+            let delay = if i == 0 { Duration::ZERO } else { gap };
+            (
+                delay,
+                format!(r#"{{"choices":[{{"delta":{{"content":"{i}"}}}}]}}"#),
+            )
+        })
+        .collect();
+    mock.push(Reply::Sse {
+        events,
+        end: StreamEnd::Stall,
+        close: false,
+    });
+    let mut stream = EventStream::open(gw.addr(), ALPHA, STREAM_BODY).await;
+    let mut arrivals = Vec::new();
+    while let Some(arrival) = stream.next_event().await {
+        arrivals.push(arrival);
+    }
+    assert_eq!(
+        arrivals.len(),
+        6,
+        "the five events, 1.6 s in all, then the timeout event: {arrivals:?}"
+    );
+    let content = |i: usize| {
+        let event: serde_json::Value = serde_json::from_str(&arrivals[i].0).unwrap();
+        event["choices"][0]["delta"]["content"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(content(4).as_deref(), Some("4"), "the last event passed");
+    let error: serde_json::Value = serde_json::from_str(&arrivals[5].0).unwrap();
+    assert_eq!(error["error"]["code"], "upstream_timeout");
+    assert!(
+        arrivals[5].1 - arrivals[4].1 >= Duration::from_millis(900),
+        "the stall is cut 1 s after the last event, not after the first wait"
+    );
+}
+
+#[tokio::test]
 async fn a_close_delimited_stream_that_stops_inside_an_event_is_a_cut_stream() {
     let (mock, gw) = gateway().await;
     // No length, no chunks: the end of the connection ends the body. It ends halfway

@@ -60,8 +60,10 @@ impl ClientPolicy {
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Between requests: the next one's first byte is due by `until`.
-    Idle { until: Instant },
+    /// Between requests: the next one's first byte is due by `until`, set by the first
+    /// read after the previous request finished (the next thing the connection does, in
+    /// the same turn of its task), so finishing a request reads no clock.
+    Idle { until: Option<Instant> },
     /// A request head is being read; it must be whole by `until`.
     Head { until: Instant },
     /// The head was read: the request path's own timeouts apply.
@@ -100,18 +102,37 @@ impl ClientConnection {
 
     /// The time reads must complete by now, if any.
     pub fn read_deadline(&self) -> Option<Instant> {
-        match *self.phase() {
-            Phase::Idle { until } | Phase::Head { until } | Phase::Quiet { until } => Some(until),
-            Phase::Request => None,
-        }
+        self.read_bound().map(|(_, until)| until)
     }
 
-    /// Bytes arrived: an idle connection's next head starts now.
-    pub fn bytes_read(&self) {
+    /// For a read about to be made: the time now and the deadline it must meet, or `None`
+    /// while a request is served (then no clock is read). The one clock read of a read:
+    /// the caller compares it with the deadline and hands it to [`Self::bytes_read`].
+    pub fn read_bound(&self) -> Option<(Instant, Instant)> {
+        let mut phase = self.phase();
+        let until = match *phase {
+            Phase::Request => return None,
+            Phase::Head { until } | Phase::Quiet { until } | Phase::Idle { until: Some(until) } => {
+                Some(until)
+            }
+            Phase::Idle { until: None } => None,
+        };
+        let now = Instant::now();
+        let until = until.unwrap_or_else(|| {
+            let until = now + self.idle_timeout;
+            *phase = Phase::Idle { until: Some(until) };
+            until
+        });
+        Some((now, until))
+    }
+
+    /// Bytes arrived (`now`: the time read for that read): an idle connection's next head
+    /// starts now.
+    pub fn bytes_read(&self, now: Instant) {
         let mut phase = self.phase();
         if let Phase::Idle { .. } = *phase {
             *phase = Phase::Head {
-                until: Instant::now() + self.header_timeout,
+                until: now + self.header_timeout,
             };
         }
     }
@@ -121,11 +142,10 @@ impl ClientConnection {
         *self.phase() = Phase::Request;
     }
 
-    /// The previous request is done and the connection is kept: wait for the next.
+    /// The previous request is done and the connection is kept: wait for the next (the
+    /// idle deadline runs from the read that follows at once, [`Self::read_bound`]).
     pub fn request_finished(&self) {
-        *self.phase() = Phase::Idle {
-            until: Instant::now() + self.idle_timeout,
-        };
+        *self.phase() = Phase::Idle { until: None };
     }
 }
 
@@ -179,17 +199,46 @@ mod tests {
             Some(start + Duration::from_secs(60))
         );
         tokio::time::advance(Duration::from_secs(5)).await;
-        connection.bytes_read();
+        connection.bytes_read(Instant::now());
         assert_eq!(
             connection.read_deadline(),
             Some(start + Duration::from_secs(15)),
             "the next head is due header_timeout after its first byte"
         );
-        connection.bytes_read();
+        connection.bytes_read(Instant::now());
         assert_eq!(
             connection.read_deadline(),
             Some(start + Duration::from_secs(15)),
             "more bytes of the same head do not extend it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_deadline_runs_from_the_first_read_after_a_request() {
+        let connection = ClientConnection::accepted(&policy());
+        connection.request_started();
+        connection.request_finished();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let read_at = Instant::now();
+        assert_eq!(
+            connection.read_bound(),
+            Some((read_at, read_at + Duration::from_secs(60))),
+            "the first read after a request fixes the idle deadline"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            connection.read_bound(),
+            Some((
+                read_at + Duration::from_secs(2),
+                read_at + Duration::from_secs(60)
+            )),
+            "later reads keep it"
+        );
+        connection.request_started();
+        assert_eq!(
+            connection.read_bound(),
+            None,
+            "no deadline (and no clock read) while a request is served"
         );
     }
 
@@ -206,7 +255,7 @@ mod tests {
         );
         connection.idle();
         tokio::time::advance(Duration::from_secs(5)).await;
-        connection.bytes_read();
+        connection.bytes_read(Instant::now());
         assert_eq!(
             connection.read_deadline(),
             Some(start + Duration::from_secs(60)),

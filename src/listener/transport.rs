@@ -116,9 +116,10 @@ impl BufferedStream {
         }
     }
 
-    /// Whether `deadline` has passed, arming the timer to wake this task when it does.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
-        if Instant::now() >= deadline {
+    /// Whether `deadline` has passed (`now`: the time read for this read), arming the
+    /// timer to wake this task when it does.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, now: Instant, deadline: Instant) -> bool {
+        if now >= deadline {
             return true;
         }
         let timer = self
@@ -227,9 +228,10 @@ impl AsyncRead for BufferedStream {
             this.read_ahead.drain(..n);
             return Poll::Ready(Ok(()));
         }
-        let deadline = this.client.as_ref().and_then(|c| c.read_deadline());
-        if let Some(deadline) = deadline {
-            if Instant::now() >= deadline {
+        // One clock read a read, and none while a request is served.
+        let bound = this.client.as_ref().and_then(|c| c.read_bound());
+        if let Some((now, deadline)) = bound {
+            if now >= deadline {
                 // The head (or the next request) is late: read as the end of the stream.
                 return Poll::Ready(Ok(()));
             }
@@ -241,12 +243,12 @@ impl AsyncRead for BufferedStream {
             this.read_count
                 .bytes_read
                 .fetch_add(count, Ordering::AcqRel);
-            if let Some(client) = &this.client {
-                client.bytes_read();
+            if let (Some(client), Some((now, _))) = (&this.client, bound) {
+                client.bytes_read(now);
             }
         }
-        match (read, deadline) {
-            (Poll::Pending, Some(deadline)) if this.poll_deadline(cx, deadline) => {
+        match (read, bound) {
+            (Poll::Pending, Some((now, deadline))) if this.poll_deadline(cx, now, deadline) => {
                 Poll::Ready(Ok(()))
             }
             (read, _) => read,

@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use http::HeaderName;
 use pingora_http::ResponseHeader;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 /// Longest time spent discarding a refused request's body before closing.
@@ -236,12 +237,20 @@ async fn answer_continue(session: &mut Session) -> Result<(), Failure> {
 }
 
 /// The whole body within `deadline`, not only each read: a client trickling a byte a
-/// minute must not hold its slots forever.
+/// minute must not hold its slots forever. A body already here (most come with their head)
+/// is read at the first poll: then no clock is read and no timer armed; the deadline runs
+/// from that first poll.
 async fn within(
     deadline: Duration,
     whole_body: impl std::future::Future<Output = Result<(), Failure>>,
 ) -> Result<(), Failure> {
-    match tokio::time::timeout(deadline, whole_body).await {
+    let mut whole_body = std::pin::pin!(whole_body);
+    let first = std::future::poll_fn(|cx| Poll::Ready(whole_body.as_mut().poll(cx))).await;
+    let read = match first {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(deadline, whole_body).await,
+    };
+    match read {
         Ok(read) => read,
         // The request body not received within client_timeout.
         Err(_) => Err(Failure::Abort(Error::ReadTimeout)),

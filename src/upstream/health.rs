@@ -88,6 +88,12 @@ pub(super) struct Health {
 }
 
 impl Health {
+    /// Whether an ejection or a cooldown was set (it may have ended): only then does the
+    /// time matter to the upstream's availability.
+    fn holds_a_time(&self) -> bool {
+        self.ejected_until.is_some() || self.cooldown_until.is_some()
+    }
+
     fn ejected_at(&self, now: Duration) -> bool {
         self.ejected_until.is_some_and(|until| until > now)
     }
@@ -175,6 +181,10 @@ impl Upstreams {
             return Availability::Available;
         };
         let health = state.health.lock().unwrap_or_else(|p| p.into_inner());
+        if !health.holds_a_time() {
+            // Neither ejected nor cooling down: nothing to compare with the clock.
+            return Availability::Available;
+        }
         health.availability(self.clock.now())
     }
 
@@ -192,7 +202,12 @@ impl Upstreams {
         }
         let state = self.state(&upstream.name);
         let mut health = state.health.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self.clock.now();
+        let now = match effect {
+            // A success is compared with the time only to keep a current ejection: with
+            // none, the usual case, no clock is read (the time given is not looked at).
+            HealthEffect::Success if health.ejected_until.is_none() => Duration::ZERO,
+            _ => self.clock.now(),
+        };
         match effect {
             HealthEffect::Success => health.reset(now, false),
             HealthEffect::CheckPassed => health.reset(now, true),
@@ -239,6 +254,64 @@ mod tests {
             request_id: "r",
             tenant,
         }
+    }
+
+    /// A clock that counts its reads, at a time set by the test.
+    #[derive(Default)]
+    struct CountingClock {
+        reads: std::sync::atomic::AtomicU32,
+        now_secs: std::sync::atomic::AtomicU64,
+    }
+
+    impl crate::clock::Clock for CountingClock {
+        fn now(&self) -> Duration {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Duration::from_secs(self.now_secs.load(std::sync::atomic::Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn a_healthy_upstream_is_chosen_and_answers_without_a_clock_read_and_an_ejected_one_is_timed() {
+        use std::sync::atomic::Ordering;
+        let clock = std::sync::Arc::new(CountingClock::default());
+        let upstreams = Upstreams::new(clock.clone());
+        let metrics = crate::metrics::Metrics::new();
+        let upstream = test_upstream(1, S, 4 * S);
+        let tenant = by("a");
+        assert_eq!(upstreams.availability("u"), Availability::Available);
+        upstreams.record(&upstream, HealthEffect::Success, &metrics, tenant);
+        assert_eq!(upstreams.availability("u"), Availability::Available);
+        assert_eq!(
+            clock.reads.load(Ordering::Relaxed),
+            0,
+            "nothing to time: no clock read"
+        );
+        upstreams.record(&upstream, HealthEffect::Failure, &metrics, CHECK);
+        assert_eq!(
+            upstreams.availability("u"),
+            Availability::Ejected { until: S },
+            "one confirmed failure ejects for eject_duration from now"
+        );
+        upstreams.record(&upstream, HealthEffect::Success, &metrics, tenant);
+        assert_eq!(
+            upstreams.availability("u"),
+            Availability::Ejected { until: S },
+            "a success (a request that started before) keeps a current ejection"
+        );
+        clock.now_secs.store(2, Ordering::Relaxed);
+        assert_eq!(
+            upstreams.availability("u"),
+            Availability::Available,
+            "the ejection ends with its time"
+        );
+        upstreams.record(&upstream, HealthEffect::Success, &metrics, tenant);
+        upstreams.record(&upstream, HealthEffect::CoolDown(Some(S)), &metrics, tenant);
+        assert_eq!(
+            upstreams.availability("u"),
+            Availability::CoolingDown { until: 3 * S },
+            "a cooldown runs from the time read"
+        );
     }
 
     #[test]

@@ -18,7 +18,11 @@ use crate::response_id::IdRewrite;
 use crate::translate::{MessagesUsageReader, StreamTranslation};
 use crate::usage::{strip_event, whole_usage, EventUsage, JsonScan, Stripped, Usage};
 use bytes::Bytes;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Instant;
+use tokio::time::Sleep;
 
 /// Largest JSON answer read whole to rewrite its IDs.
 pub(super) const MAX_REWRITTEN_BYTES: usize = 64 << 20;
@@ -204,8 +208,12 @@ pub(super) async fn read_held(
     // Most answers come in one piece: it is kept as it is, not copied.
     let mut first = Bytes::new();
     let mut more = Vec::new();
+    let mut timer = IdleTimer::default();
     loop {
-        let chunk = match next_chunk(session, connection, upstream, deadline, measured).await? {
+        let next = next_chunk(
+            session, connection, upstream, deadline, measured, &mut timer,
+        );
+        let chunk = match next.await? {
             Next::Chunk(chunk) => chunk,
             Next::End if more.is_empty() => return Ok(Held::Whole(first)),
             Next::End => return Ok(Held::Whole(Bytes::from(more))),
@@ -245,34 +253,83 @@ enum Next {
 
 /// The next chunk of the answer, within the idle gap and the total deadline, while
 /// watching the client: if it leaves, the upstream connection is shut so the backend stops.
+///
+/// The read is polled once first: a chunk already here (the body read with the head, the
+/// end right after the last chunk) was not waited for, so it reads no clock and arms no
+/// timer. Only a read that has to wait starts the idle gap, at that moment, and counts as
+/// time waiting on the upstream. The answer's waits share one timer (`timer`).
 async fn next_chunk(
     session: &mut Session,
     connection: &mut Http1,
     upstream: &Upstream,
     deadline: Option<Instant>,
     measured: &mut Exchange,
+    timer: &mut IdleTimer,
 ) -> Result<Next, Outcome> {
-    let waited_from = Instant::now();
-    let next_by =
-        tokio::time::Instant::from_std(bounded(waited_from + upstream.idle_timeout, deadline));
-    let read = tokio::select! {
-        // The upstream first: body bytes already read with the head need no poll of the
-        // client. A client that left is still seen: here when the upstream is quiet, or
-        // by the next write to it.
-        biased;
-        read = tokio::time::timeout_at(next_by, connection.read_body()) => read,
-        gone = session.client_gone() => {
+    let waited = {
+        let mut read = std::pin::pin!(connection.read_body());
+        let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(read) => Waited::Read(read),
+            Poll::Pending => {
+                let waited_from = Instant::now();
+                let next_by = tokio::time::Instant::from_std(bounded(
+                    waited_from + upstream.idle_timeout,
+                    deadline,
+                ));
+                let timer = timer.until(next_by);
+                let waited = tokio::select! {
+                    // The upstream first, then its deadline: a poll of the client (a read
+                    // of its socket) is made only while the upstream is quiet. A client
+                    // that left is still seen: here, or by the next write to it.
+                    biased;
+                    read = read => Waited::Read(read),
+                    () = timer => Waited::Stalled,
+                    gone = session.client_gone() => Waited::ClientGone(gone),
+                };
+                measured.upstream_wait += waited_from.elapsed();
+                waited
+            }
+        }
+    };
+    Ok(match waited {
+        Waited::Read(Ok(Some(chunk))) => Next::Chunk(chunk),
+        Waited::Read(Ok(None)) => Next::End,
+        Waited::Read(Err(e)) => Next::Failed(e),
+        Waited::Stalled => Next::Stalled,
+        Waited::ClientGone(gone) => {
             connection.shutdown().await;
             return Err(Outcome::ClientGone(gone));
         }
-    };
-    measured.upstream_wait += waited_from.elapsed();
-    Ok(match read {
-        Ok(Ok(Some(chunk))) => Next::Chunk(chunk),
-        Ok(Ok(None)) => Next::End,
-        Ok(Err(e)) => Next::Failed(e),
-        Err(_elapsed) => Next::Stalled,
     })
+}
+
+/// How a wait for the next chunk ended.
+enum Waited {
+    Read(Result<Option<Bytes>, Error>),
+    /// The idle gap (or the total deadline) ran out first.
+    Stalled,
+    ClientGone(Error),
+}
+
+/// The one timer of an answer's waits for its body, armed at the first wait that has to
+/// wait and moved for each one after: a deadline later than the one armed is only noted
+/// (tokio moves a pending timer later without taking it out of its wheel), where a
+/// timeout per wait registered a timer and took it out again each time. Boxed, and only
+/// when a wait needs it: an answer read at once (a plain chat completion) has none.
+#[derive(Default)]
+pub(super) struct IdleTimer(Option<Pin<Box<Sleep>>>);
+
+impl IdleTimer {
+    /// The timer, set to fire at `at`.
+    fn until(&mut self, at: tokio::time::Instant) -> Pin<&mut Sleep> {
+        if let Some(timer) = &mut self.0 {
+            timer.as_mut().reset(at);
+        }
+        self.0
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)))
+            .as_mut()
+    }
 }
 
 /// Relays body chunks as they come; watches for the client leaving and the upstream stalling
@@ -287,8 +344,12 @@ pub(super) async fn relay_body(
 ) -> Result<(), Outcome> {
     let upstream = call.upstream;
     let mut tail = EventTail::default();
+    let mut timer = IdleTimer::default();
     loop {
-        let read = next_chunk(session, connection, upstream, deadline, measured).await?;
+        let next = next_chunk(
+            session, connection, upstream, deadline, measured, &mut timer,
+        );
+        let read = next.await?;
         let sent = match read {
             Next::Chunk(chunk) => passing.pass(chunk),
             Next::End if matches!(passing.edit, Some(Edit::Translate(_))) => {
