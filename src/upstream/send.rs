@@ -48,12 +48,14 @@ pub(super) enum NoAnswer {
 }
 
 /// Connects (from the pool, or fresh), sends the request and reads the response header.
+/// `sent_at` is the exchange's start, the time a pooled connection's expiry is checked at.
 pub(super) async fn send(
     session: &mut Session,
     pool: &Pool,
     call: &Call<'_>,
     outgoing: &Outgoing,
     connection: Connection,
+    sent_at: Instant,
     first_byte_by: Instant,
 ) -> Result<Answer, NoAnswer> {
     let upstream = call.upstream;
@@ -63,7 +65,7 @@ pub(super) async fn send(
         // Closed by the upstream while it sat in the pool (llama.cpp's server closes after
         // every stream while announcing keep-alive): found out before the request goes on
         // it, so nothing is sent twice.
-        Connection::Pooled => match pool.take(peer) {
+        Connection::Pooled => match pool.take(peer, tokio::time::Instant::from_std(sent_at)) {
             Some(mut stream) => still_open(&mut stream).await.then_some(stream),
             None => None,
         },
