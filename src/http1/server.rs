@@ -41,10 +41,12 @@ use pingora_core::protocols::l4::socket::SocketAddr;
 use pingora_core::protocols::{Shutdown, SocketDigest, Stream};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+use tokio::time::Sleep;
 
 /// Largest request head (request line and fields) when `max_header_bytes` is not set:
 /// 32 KiB, as nginx's default buffers allow (1 KiB, then 4 × 8 KiB).
@@ -75,6 +77,8 @@ pub struct Session {
     next_request_read: bool,
     /// Largest request head; the buffer of a head being read never holds more.
     max_head_bytes: usize,
+    /// A timer lent to each request's waits on this connection (see [`Session::take_timer`]).
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Session {
@@ -96,7 +100,22 @@ impl Session {
             half_closed: false,
             next_request_read: false,
             max_head_bytes,
+            timer: None,
         }
+    }
+
+    /// The connection's timer, lent out: a request's wait sets it to its deadline and
+    /// gives it back ([`Session::keep_timer`]). Every request of a connection runs on its
+    /// task, so one timer serves them all; set to a later deadline than the one it holds,
+    /// tokio moves it without taking it out of its wheel, where a timer per wait is
+    /// registered and taken out again each time. `None` before the first wait.
+    pub fn take_timer(&mut self) -> Option<Pin<Box<Sleep>>> {
+        self.timer.take()
+    }
+
+    /// Gives the connection's timer back after a wait.
+    pub fn keep_timer(&mut self, timer: Pin<Box<Sleep>>) {
+        self.timer = Some(timer);
     }
 
     /// Reads the next request's head: `Ok(false)` when the client closed the connection

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::time::{Instant, Sleep};
 
 /// One request being served, on either protocol.
 pub enum Session {
@@ -160,6 +161,32 @@ impl Session {
 
     pub fn drain_request_body(&mut self) -> impl Future<Output = Result<()>> + '_ {
         either_future!(self, s => s.drain_request_body())
+    }
+
+    /// A timer for a wait of this request, set to fire at `at`: on HTTP/1 the
+    /// connection's own, kept across its requests (`http1::server::Session::take_timer`),
+    /// on HTTP/2 a new one. Given back with [`Session::keep_timer`] after the wait.
+    pub fn timer_until(&mut self, at: Instant) -> Pin<Box<Sleep>> {
+        let kept = match self {
+            Session::Http1(s) => s.take_timer(),
+            Session::Http2(..) => None,
+        };
+        match kept {
+            Some(mut timer) => {
+                if timer.deadline() != at {
+                    timer.as_mut().reset(at);
+                }
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(at)),
+        }
+    }
+
+    /// Gives back a timer from [`Session::timer_until`] (HTTP/2: dropped).
+    pub fn keep_timer(&mut self, timer: Pin<Box<Sleep>>) {
+        if let Session::Http1(s) = self {
+            s.keep_timer(timer);
+        }
     }
 
     pub fn client_gone(&mut self) -> impl Future<Output = Error> + '_ {

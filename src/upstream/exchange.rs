@@ -64,6 +64,7 @@ pub(super) async fn exchange(
             call,
             &outgoing,
             Connection::Pooled,
+            sent_at,
             first_byte_by,
         )
         .await;
@@ -78,6 +79,7 @@ pub(super) async fn exchange(
                 call,
                 &outgoing,
                 Connection::Fresh,
+                sent_at,
                 first_byte_by,
             )
             .await;

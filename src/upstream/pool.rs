@@ -70,10 +70,11 @@ impl Pool {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The most recently used idle connection to `peer`, if one has not expired.
-    pub fn take(&self, peer: &PoolPeer) -> Option<Stream> {
+    /// The most recently used idle connection to `peer`, if one has not expired by `now`
+    /// (the caller's reading of the clock as it starts the exchange: microseconds before
+    /// this call on the same event loop, where the sweeper cannot run in between).
+    pub fn take(&self, peer: &PoolPeer, now: Instant) -> Option<Stream> {
         let hash = peer.key();
-        let now = Instant::now();
         let mut shelf = self.shelf();
         let idle = &mut shelf.connections;
         drop_expired(idle, now);
@@ -213,9 +214,12 @@ pub(super) mod tests {
         let pool = Pool::new(4);
         let (stream, _server) = stream(&a).await;
         pool.give_back(&peer_a, stream);
-        assert!(pool.take(&peer_b).is_none(), "not another peer's");
-        assert!(pool.take(&peer_a).is_some());
-        assert!(pool.take(&peer_a).is_none(), "taken once");
+        assert!(
+            pool.take(&peer_b, Instant::now()).is_none(),
+            "not another peer's"
+        );
+        assert!(pool.take(&peer_a, Instant::now()).is_some());
+        assert!(pool.take(&peer_a, Instant::now()).is_none(), "taken once");
     }
 
     #[tokio::test]
@@ -231,9 +235,12 @@ pub(super) mod tests {
         pool.give_back(&peer_b, second);
         pool.give_back(&peer_b, third);
         assert_eq!(pool.idle_count(), 2);
-        assert!(pool.take(&peer_a).is_none(), "the oldest went");
-        assert!(pool.take(&peer_b).is_some());
-        assert!(pool.take(&peer_b).is_some());
+        assert!(
+            pool.take(&peer_a, Instant::now()).is_none(),
+            "the oldest went"
+        );
+        assert!(pool.take(&peer_b, Instant::now()).is_some());
+        assert!(pool.take(&peer_b, Instant::now()).is_some());
     }
 
     #[tokio::test]
@@ -243,7 +250,7 @@ pub(super) mod tests {
         let pool = Pool::new(4);
         let (stream, _server) = stream(&a).await;
         pool.give_back(&expired, stream);
-        assert!(pool.take(&expired).is_none());
+        assert!(pool.take(&expired, Instant::now()).is_none());
         assert_eq!(pool.idle_count(), 0, "closed, not kept");
     }
 
@@ -288,6 +295,6 @@ pub(super) mod tests {
         let pool = Pool::new(0);
         let (stream, _server) = stream(&a).await;
         pool.give_back(&peer, stream);
-        assert!(pool.take(&peer).is_none());
+        assert!(pool.take(&peer, Instant::now()).is_none());
     }
 }

@@ -14,6 +14,7 @@ use crate::http1::Error;
 use crate::listener::BufferedStream;
 use crate::listener::Session;
 use pingora_core::protocols::Stream;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Instant;
@@ -47,12 +48,14 @@ pub(super) enum NoAnswer {
 }
 
 /// Connects (from the pool, or fresh), sends the request and reads the response header.
+/// `sent_at` is the exchange's start, the time a pooled connection's expiry is checked at.
 pub(super) async fn send(
     session: &mut Session,
     pool: &Pool,
     call: &Call<'_>,
     outgoing: &Outgoing,
     connection: Connection,
+    sent_at: Instant,
     first_byte_by: Instant,
 ) -> Result<Answer, NoAnswer> {
     let upstream = call.upstream;
@@ -62,7 +65,7 @@ pub(super) async fn send(
         // Closed by the upstream while it sat in the pool (llama.cpp's server closes after
         // every stream while announcing keep-alive): found out before the request goes on
         // it, so nothing is sent twice.
-        Connection::Pooled => match pool.take(peer) {
+        Connection::Pooled => match pool.take(peer, tokio::time::Instant::from_std(sent_at)) {
             Some(mut stream) => still_open(&mut stream).await.then_some(stream),
             None => None,
         },
@@ -101,9 +104,9 @@ pub(super) async fn send(
         outgoing.header.is_head(),
         &outgoing.body,
     );
-    let request = match tokio::time::timeout_at(deadline, sent).await {
-        Err(_elapsed) => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
-        Ok(Err(e)) => {
+    let request = match within(session, deadline, sent).await {
+        None => return Err(failed(EarlyFailure::Failed(RequestError::UpstreamTimeout))),
+        Some(Err(e)) => {
             // The upstream may have answered before taking the whole request (a 413 for a
             // body over its limit) and closed: that answer is what the client gets. With no
             // answer, the request cannot have been processed whole.
@@ -121,7 +124,7 @@ pub(super) async fn send(
                 Err(early) => Err(early),
             };
         }
-        Ok(Ok(())) => Request::Whole,
+        Some(Ok(())) => Request::Whole,
     };
     let response = read_header(session, &mut upstream_connection, deadline).await?;
     Ok(Answer {
@@ -146,28 +149,61 @@ async fn still_open(stream: &mut Stream) -> bool {
     .await
 }
 
+/// `future`'s output, or `None` if `deadline` passes first. The future is polled once
+/// before the session's timer is set: a write that goes out at once (the request of a
+/// plain call) needs no timer.
+async fn within<F: Future>(
+    session: &mut Session,
+    deadline: tokio::time::Instant,
+    future: F,
+) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut timer = None;
+    let output = std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = future.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let timer = timer.get_or_insert_with(|| session.timer_until(deadline));
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await;
+    if let Some(timer) = timer {
+        session.keep_timer(timer);
+    }
+    output
+}
+
 /// Reads the response head (interim answers skipped) by `deadline`, while watching the
 /// client: if it leaves, the upstream connection is shut so the backend stops generating.
 /// A read that fails is never sent again: the upstream may have held the request.
+///
+/// The deadline is the session's timer (`Session::timer_until`): on HTTP/1 one timer
+/// for all the requests of a client connection, moved later for each, not one
+/// registered and taken out again per request. It stays set after the request; if the
+/// connection outlives it, it wakes the connection's task once for nothing.
 async fn read_header(
     session: &mut Session,
     connection: &mut Http1,
     deadline: tokio::time::Instant,
 ) -> Result<Head, NoAnswer> {
+    let mut timer = session.timer_until(deadline);
     let read = tokio::select! {
         // The upstream first: once its head is in, a poll of the client (a read of its
         // socket) would be wasted (benches/README.md, ninth session).
         biased;
-        read = tokio::time::timeout_at(deadline, connection.read_head()) => read,
+        read = connection.read_head() => Some(read),
+        () = timer.as_mut() => None,
         gone = session.client_gone() => {
+            session.keep_timer(timer);
             connection.shutdown().await;
             return Err(NoAnswer::ClientGone(gone));
         }
     };
+    session.keep_timer(timer);
     let failure = match read {
-        Ok(Ok(head)) => return Ok(head),
-        Err(_elapsed) => RequestError::UpstreamTimeout,
-        Ok(Err(e)) => read_failure(&e),
+        Some(Ok(head)) => return Ok(head),
+        None => RequestError::UpstreamTimeout,
+        Some(Err(e)) => read_failure(&e),
     };
     Err(NoAnswer::Early(Early {
         failure: EarlyFailure::Failed(failure),
