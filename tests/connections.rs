@@ -138,13 +138,7 @@ async fn max_connections_is_exact_with_several_worker_threads() {
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order() {
     let (mock, gw) = gateway_with("").await;
-    mock.push(Reply::Json {
-        status: 200,
-        headers: vec![],
-        body: r#"{"first":true}"#.into(),
-        delay: Duration::from_millis(200),
-        close: false,
-    });
+    mock.push(Reply::json(200, r#"{"first":true}"#).delayed(Duration::from_millis(200)));
     let auth = format!("Bearer {ALPHA}");
     let body = chat_body("chat-model");
     let mut both = request_bytes(

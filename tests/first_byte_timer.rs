@@ -45,26 +45,6 @@ async fn ask(conn: &mut Conn, model: &str) -> (u16, Option<String>, Duration) {
     (response.status, code, took)
 }
 
-/// A chat completion sent after `delay`.
-fn late_completion(delay: Duration) -> Reply {
-    match Reply::completion() {
-        Reply::Json {
-            status,
-            headers,
-            body,
-            close,
-            ..
-        } => Reply::Json {
-            status,
-            headers,
-            body,
-            delay,
-            close,
-        },
-        other => other,
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_shorter_deadline_after_a_longer_one_on_the_same_connection_is_kept() {
     let mock = MockUpstream::start().await;
@@ -110,7 +90,7 @@ async fn a_deadline_left_by_an_answered_request_neither_cuts_nor_stretches_the_n
     // A head that comes 1.2 s in, twice: each request's deadline is 2 s from its own
     // start, though the two add up past the first one's.
     for _ in 0..2 {
-        mock.push(late_completion(Duration::from_millis(1200)));
+        mock.push(Reply::completion().delayed(Duration::from_millis(1200)));
         let (status, code, took) = ask(&mut conn, "chat-model").await;
         assert_eq!((status, code), (200, None), "answered within its 2 s");
         assert!(took >= Duration::from_millis(1200), "{took:?}");

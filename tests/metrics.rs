@@ -56,13 +56,7 @@ async fn admin_endpoints_answer_on_their_own_listener() {
 async fn every_request_series_moves() {
     let mock = MockUpstream::start().await;
     let gw = TestGateway::start(&config(&mock.url())).await;
-    mock.push(Reply::Json {
-        status: 200,
-        headers: vec![],
-        body: "{}".into(),
-        delay: Duration::from_millis(50),
-        close: false,
-    });
+    mock.push(Reply::json(200, "{}").delayed(Duration::from_millis(50)));
     assert_eq!(
         chat(gw.addr(), ALPHA, &chat_body("chat-model"))
             .await

@@ -44,7 +44,11 @@ fn value_by_value(body: &[u8]) -> Option<Usage> {
 fn read<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Result<Option<T>, serde_json::Error> {
     let mut last = None;
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    Document { last: &mut last }.deserialize(&mut deserializer)?;
+    Members {
+        last: &mut last,
+        top_level: true,
+    }
+    .deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(last)
 }
@@ -87,12 +91,15 @@ impl<'de> Visitor<'de> for NameVisitor {
     }
 }
 
-/// The top-level object; anything else is malformed.
-struct Document<'a, T> {
+/// An object whose `usage` members count: the document itself (anything else is
+/// malformed), whose `response` object is read the same way, or that `response` object,
+/// whose own `response` is another member.
+struct Members<'a, T> {
     last: &'a mut Option<T>,
+    top_level: bool,
 }
 
-impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Document<'_, T> {
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Members<'_, T> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -100,39 +107,10 @@ impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Document<'_, T> {
     }
 }
 
-impl<'de, T: Deserialize<'de>> Visitor<'de> for Document<'_, T> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(name) = map.next_key::<Name>()? {
-            match name {
-                Name::Usage => *self.last = Some(map.next_value()?),
-                Name::Response => Response {
-                    last: &mut *self.last,
-                }
-                .read(map.next_value()?)?,
-                Name::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The members of a top-level `response` object (the Responses API's events), whose own
-/// `usage` members count. The value was passed over as a whole first (any value may stand
-/// there; its bytes are read again only when it is an object).
-struct Response<'a, T> {
-    last: &'a mut Option<T>,
-}
-
-impl<'de, T: Deserialize<'de>> Response<'_, T> {
-    fn read<E: serde::de::Error>(self, value: &'de RawValue) -> Result<(), E> {
+impl<'de, T: Deserialize<'de>> Members<'_, T> {
+    /// A top-level `response` value: passed over as a whole first (any value may stand
+    /// there), its bytes read again only when it is an object.
+    fn read_response<E: serde::de::Error>(self, value: &'de RawValue) -> Result<(), E> {
         if !value.get().starts_with('{') {
             return Ok(());
         }
@@ -141,7 +119,7 @@ impl<'de, T: Deserialize<'de>> Response<'_, T> {
     }
 }
 
-impl<'de, T: Deserialize<'de>> Visitor<'de> for Response<'_, T> {
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<'_, T> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -152,6 +130,11 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Response<'_, T> {
         while let Some(name) = map.next_key::<Name>()? {
             match name {
                 Name::Usage => *self.last = Some(map.next_value()?),
+                Name::Response if self.top_level => Members {
+                    last: &mut *self.last,
+                    top_level: false,
+                }
+                .read_response(map.next_value()?)?,
                 Name::Response | Name::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -89,6 +89,26 @@ impl Reply {
         }
     }
 
+    /// The same JSON reply, sent `delay` after the request came.
+    pub fn delayed(self, delay: Duration) -> Reply {
+        match self {
+            Reply::Json {
+                status,
+                headers,
+                body,
+                close,
+                ..
+            } => Reply::Json {
+                status,
+                headers,
+                body,
+                delay,
+                close,
+            },
+            other => other,
+        }
+    }
+
     /// The same reply, with the connection closed after it (no `connection: close` said).
     pub fn closing(self) -> Reply {
         match self {
