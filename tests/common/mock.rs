@@ -67,71 +67,27 @@ impl Reply {
         }
     }
 
-    pub fn with_header(self, name: &str, value: &str) -> Reply {
-        match self {
-            Reply::Json {
-                status,
-                mut headers,
-                body,
-                delay,
-                close,
-            } => {
-                headers.push((name.into(), value.into()));
-                Reply::Json {
-                    status,
-                    headers,
-                    body,
-                    delay,
-                    close,
-                }
-            }
-            other => other,
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        if let Reply::Json { headers, .. } = &mut self {
+            headers.push((name.into(), value.into()));
         }
+        self
     }
 
     /// The same JSON reply, sent `delay` after the request came.
-    pub fn delayed(self, delay: Duration) -> Reply {
-        match self {
-            Reply::Json {
-                status,
-                headers,
-                body,
-                close,
-                ..
-            } => Reply::Json {
-                status,
-                headers,
-                body,
-                delay,
-                close,
-            },
-            other => other,
+    pub fn delayed(mut self, delay: Duration) -> Reply {
+        if let Reply::Json { delay: after, .. } = &mut self {
+            *after = delay;
         }
+        self
     }
 
     /// The same reply, with the connection closed after it (no `connection: close` said).
-    pub fn closing(self) -> Reply {
-        match self {
-            Reply::Json {
-                status,
-                headers,
-                body,
-                delay,
-                ..
-            } => Reply::Json {
-                status,
-                headers,
-                body,
-                delay,
-                close: true,
-            },
-            Reply::Sse { events, end, .. } => Reply::Sse {
-                events,
-                end,
-                close: true,
-            },
-            other => other,
+    pub fn closing(mut self) -> Reply {
+        if let Reply::Json { close, .. } | Reply::Sse { close, .. } = &mut self {
+            *close = true;
         }
+        self
     }
 
     pub fn completion() -> Reply {
