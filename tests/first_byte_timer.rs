@@ -26,19 +26,8 @@ fn two_deadlines(mock: &str, patient: &str) -> String {
 /// A chat request on `conn`, and the answer's status and error code (`None` on a 200),
 /// with how long it took on tokio's clock.
 async fn ask(conn: &mut Conn, model: &str) -> (u16, Option<String>, Duration) {
-    let auth = format!("Bearer {ALPHA}");
-    let body = chat_body(model);
-    let request = request_bytes(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("authorization", &auth),
-            ("content-type", "application/json"),
-        ],
-        body.as_bytes(),
-    );
     let started = Instant::now();
-    conn.write(&request).await;
+    conn.write(&chat_request_bytes(ALPHA, model)).await;
     let response = conn.read_response().await.expect("an answer");
     let took = started.elapsed();
     let code = (response.status != 200).then(|| response.error().2);

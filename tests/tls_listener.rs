@@ -27,7 +27,7 @@ async fn a_chat_completion_over_tls_goes_through_the_proxy_to_the_upstream() {
     let gw = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
 
     let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     let response = conn.read_response().await.expect("an answer over TLS");
     assert_eq!(response.status, 200, "{}", response.text());
     assert_eq!(
@@ -45,7 +45,7 @@ async fn a_chat_completion_over_tls_goes_through_the_proxy_to_the_upstream() {
 
     // A cleartext request on the TLS port is not served.
     let mut plain = Conn::open(gw.addr()).await;
-    plain.write(&chat_request_bytes()).await;
+    plain.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert!(
         plain.read_response().await.is_none(),
         "no HTTP over cleartext"
@@ -156,13 +156,13 @@ async fn min_version_1_3_refuses_a_client_that_speaks_only_tls_1_2() {
         ..ClientSetup::new(&ca, "localhost")
     };
     let mut conn = modern.open(gw.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
 
     // The default, 1.2, takes a TLS 1.2 client, and the access log says so.
     let gw12 = tls_gateway(&mock, &[(&cert, &key)], "", "").await;
     let mut conn = old.open(gw12.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     assert_eq!(gw12.log_lines(1).await[0]["tls_version"], "TLSv1.2");
     let _ = std::fs::remove_dir_all(dir);
@@ -179,7 +179,7 @@ async fn a_client_that_never_sends_a_client_hello_is_closed_at_the_header_timeou
     // While it says nothing, others are accepted and served: the handshake waits on the
     // connection's own task, not in the accept loop.
     let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     // The default header timeout is 10 s: closing within 5 s is the configured 300 ms.
     let mut byte = [0u8; 1];
@@ -228,7 +228,7 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
     let anonymous = ClientSetup::new(&ca, "localhost").connect(gw.addr()).await;
     if let Ok(stream) = anonymous {
         let mut conn = Conn::over(stream);
-        conn.write(&chat_request_bytes()).await;
+        conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
         assert!(
             conn.read_response().await.is_none(),
             "no answer without a certificate"
@@ -247,7 +247,9 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
     };
     if let Ok(stream) = refused.connect(gw.addr()).await {
         let mut conn = Conn::over(stream);
-        let _ = conn.try_write(&chat_request_bytes()).await;
+        let _ = conn
+            .try_write(&chat_request_bytes(ALPHA, "chat-model"))
+            .await;
         assert!(
             conn.read_response().await.is_none(),
             "no answer for another CA's client"
@@ -266,7 +268,7 @@ async fn client_certificates_from_the_client_ca_are_required_and_their_subject_i
         ..ClientSetup::new(&ca, "localhost")
     };
     let mut conn = accepted.open(gw.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(conn.read_response().await.unwrap().status, 200);
     let line = &gw.log_lines(1).await[0];
     assert_eq!(line["tls_client_subject"], "CN=team-a,O=acme", "{line}");
@@ -306,7 +308,7 @@ async fn a_connection_in_its_handshake_counts_in_max_connections() {
     let client = ClientSetup::new(&ca, "localhost");
     let next = async {
         let mut conn = client.open(gw.addr()).await;
-        conn.write(&chat_request_bytes()).await;
+        conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
         conn.read_response().await.map(|r| r.status)
     };
     let mut waiting = gw.running.connections_waiting();
@@ -370,7 +372,7 @@ async fn alpn_chooses_h2_when_offered_and_http_1_1_otherwise() {
             ..ClientSetup::new(&ca, "localhost")
         };
         let mut conn = setup.open(gw.addr()).await;
-        conn.write(&chat_request_bytes()).await;
+        conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
         assert_eq!(conn.read_response().await.unwrap().status, 200);
     }
     // Without http2, only http/1.1 is offered: a client that speaks only h2 gets no

@@ -46,7 +46,7 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
     let first = client.connect(gw.addr()).await.unwrap();
     let first_served = served_certificate(&first);
     let mut open = Conn::over(first);
-    open.write(&chat_request_bytes()).await;
+    open.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(open.read_response().await.unwrap().status, 200);
     assert_eq!(gw.metric(expiry), 1_893_456_000.0, "v1 expires 2030-01-01");
 
@@ -60,7 +60,7 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
         "a new handshake gets the new certificate"
     );
     assert_eq!(gw.metric(expiry), 1_956_528_000.0, "v2 expires 2032-01-01");
-    open.write(&chat_request_bytes()).await;
+    open.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(
         open.read_response().await.unwrap().status,
         200,
@@ -88,9 +88,9 @@ async fn new_certificate_files_serve_new_handshakes_while_open_connections_keep_
         "still ready"
     );
     let mut after = Conn::over(third);
-    after.write(&chat_request_bytes()).await;
+    after.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(after.read_response().await.unwrap().status, 200);
-    open.write(&chat_request_bytes()).await;
+    open.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(open.read_response().await.unwrap().status, 200);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -120,7 +120,7 @@ async fn the_binary_reloads_its_certificates_on_sighup() {
     let first = client.connect(process.addr).await.unwrap();
     assert_eq!(served_certificate(&first), served[0]);
     let mut open = Conn::over(first);
-    open.write(&chat_request_bytes()).await;
+    open.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(open.read_response().await.unwrap().status, 200);
 
     swap_certs(&dir, "v2");
@@ -133,7 +133,7 @@ async fn the_binary_reloads_its_certificates_on_sighup() {
         served[1],
         "after SIGHUP a new handshake gets the new certificate"
     );
-    open.write(&chat_request_bytes()).await;
+    open.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(
         open.read_response().await.unwrap().status,
         200,
@@ -163,7 +163,7 @@ async fn a_reload_that_removes_tls_leaves_the_listener_as_it_started() {
     })
     .await;
     let mut conn = ClientSetup::new(&ca, "localhost").open(gw.addr()).await;
-    conn.write(&chat_request_bytes()).await;
+    conn.write(&chat_request_bytes(ALPHA, "chat-model")).await;
     assert_eq!(
         conn.read_response().await.unwrap().status,
         200,

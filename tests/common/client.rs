@@ -270,6 +270,21 @@ pub async fn chat(addr: SocketAddr, key: &str, body: &str) -> Response {
     .await
 }
 
+/// `POST /v1/chat/completions` of `key` with a minimal body for `model`, as bytes on the
+/// wire (for a connection the test keeps).
+pub fn chat_request_bytes(key: &str, model: &str) -> Vec<u8> {
+    let auth = format!("Bearer {key}");
+    request_bytes(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        chat_body(model).as_bytes(),
+    )
+}
+
 /// A minimal valid chat body for `model`.
 pub fn chat_body(model: &str) -> String {
     format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#)

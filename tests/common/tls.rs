@@ -1,8 +1,8 @@
 //! TLS for tests: a certificate authority made at run time (rcgen), the server and client
 //! certificates it signs, and a rustls client that connects to a gateway's TLS listener.
 
-use super::client::{chat_body, request_bytes, Conn};
-use super::gateway::{config_with, TestGateway, ALPHA};
+use super::client::Conn;
+use super::gateway::{config_with, TestGateway};
 use super::mock::MockUpstream;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -229,18 +229,4 @@ pub async fn tls_gateway(
 ) -> TestGateway {
     let section = tls_section("tls", certificates, more);
     TestGateway::start(&config_with(&mock.url(), &format!("{extra}\n{section}"))).await
-}
-
-/// A chat completion request of the standard test key, as bytes on the wire.
-pub fn chat_request_bytes() -> Vec<u8> {
-    let auth = format!("Bearer {ALPHA}");
-    request_bytes(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("authorization", auth.as_str()),
-            ("content-type", "application/json"),
-        ],
-        chat_body("chat-model").as_bytes(),
-    )
 }
